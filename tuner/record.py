@@ -1,0 +1,84 @@
+"""What one trial and one study leave in the Optuna storage.
+
+The objective writes these keys; the report, the export and `tuner studies` read them. They are
+the only contract between the writers and the readers of a study, so every key is named here once.
+
+Study user attrs (set once when the study is created or resumed):
+    STUDY_SPACE          the search space as a plain dict (the validated YAML)
+    STUDY_SPACE_FILE     path of the search-space file, as given
+    STUDY_ENGINE         "sim" or "sglang"
+    STUDY_SGLANG_VERSION sglang version whose flag names the argv uses, e.g. "0.5.23"
+    STUDY_OBJECTIVES     [{"metric": "output_throughput", "direction": "maximize"},
+                          {"metric": "median_tpot_ms", "direction": "minimize"}]
+    STUDY_SLOS           [{"metric": "p99_ttft_ms", "op": "<=", "limit": 2000.0}, ...]
+
+Trial user attrs:
+    SERVER_ARGS   list[str], the flags after `python -m sglang.launch_server`, without
+                  --host/--port/--api-key (the export adds those from the environment)
+    FLAGS         {flag name without dashes, e.g. "mem_fraction_static": value}, tuned + fixed
+    IS_DEFAULT    True for the baseline trial that runs sglang's defaults
+    OUTCOME       one of OUTCOMES
+    FAILURE_CLASS one of FAILURE_CLASSES or None
+    FAILURE_MSG   one line, the error the server or the checks gave
+    CAPACITY      {"max_running_requests": int, "max_total_num_tokens": int, ...} from the log
+                  and /server_info
+    METRICS       the benchmark summary, sglang's field names (output_throughput,
+                  total_throughput, median_tpot_ms, p99_ttft_ms, ...), of everything measured
+    STAGES        list of per-stage summaries (same keys as METRICS, cumulative up to the stage)
+    PRUNED        {"stage": int, "reason": str, "time_saved_s": float} when pruned at a stage
+    PREDICTION    {"reason": str, ...} when skipped before launch by the feasibility checks
+    TIMINGS       {"launch_s": float, "bench_s": float, "total_s": float}, modelled seconds
+    CONSTRAINTS   {"slo:p99_ttft_ms": float, "launch": float}: > 0 means violated; also set with
+                  trial.set_constraint so samplers see them
+"""
+
+from __future__ import annotations
+
+STUDY_SPACE = "space"
+STUDY_SPACE_FILE = "space_file"
+STUDY_ENGINE = "engine"
+STUDY_SGLANG_VERSION = "sglang_version"
+STUDY_OBJECTIVES = "objectives"
+STUDY_SLOS = "slos"
+
+SERVER_ARGS = "server_args"
+FLAGS = "flags"
+IS_DEFAULT = "is_default"
+OUTCOME = "outcome"
+FAILURE_CLASS = "failure_class"
+FAILURE_MSG = "failure_message"
+CAPACITY = "capacity"
+METRICS = "metrics"
+STAGES = "stages"
+PRUNED = "pruned"
+PREDICTION = "prediction"
+TIMINGS = "timings"
+CONSTRAINTS = "constraints"
+
+# How a trial ended, beyond Optuna's state.
+OUTCOME_OK = "ok"  # served the whole benchmark (COMPLETE)
+OUTCOME_PRUNED = "pruned"  # stopped at a stage by the stage pruner (PRUNED)
+OUTCOME_LAUNCH_FAILED = "launch_failed"  # server did not come up (PRUNED, constraint violated)
+OUTCOME_BENCH_FAILED = "bench_failed"  # server died or failed during the benchmark (PRUNED)
+OUTCOME_INVALID = "invalid"  # an sglang startup rule rejects the flags; never launched (PRUNED)
+OUTCOME_SKIPPED = "skipped"  # predicted not to fit / to crash; never launched (PRUNED)
+OUTCOMES = (
+    OUTCOME_OK,
+    OUTCOME_PRUNED,
+    OUTCOME_LAUNCH_FAILED,
+    OUTCOME_BENCH_FAILED,
+    OUTCOME_INVALID,
+    OUTCOME_SKIPPED,
+)
+
+FAILURE_CLASSES = (
+    "bad_argument",  # argparse error, exit code 2
+    "startup_rule",  # sglang rejected the combination at startup (ValueError / assertion)
+    "not_enough_memory",  # "Not enough memory. Please try to increase --mem-fraction-static."
+    "out_of_memory",  # torch CUDA OOM during start-up
+    "cuda_graph",  # "Capture cuda graph failed"
+    "exited_before_ready",  # any other exit before the ready line
+    "never_ready",  # still not ready at the timeout
+    "died_during_benchmark",
+    "port_in_use",
+)
