@@ -34,6 +34,11 @@ def main() -> None:
         sys.exit(2)
 
 
+@app.callback()
+def _root() -> None:
+    """Auto-tune SGLang launch parameters with Optuna (a simulated server is the default)."""
+
+
 # Commands register themselves below; keep each block a thin call into its module.
 
 
