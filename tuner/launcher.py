@@ -159,6 +159,7 @@ def start(
         stdin=subprocess.DEVNULL,
         env=env,
         start_new_session=True,  # own process group: we can kill the whole tree
+        preexec_fn=_die_with_parent,
     )
     log.close()
 
@@ -193,6 +194,21 @@ def start(
         # Ctrl-C or a failure while waiting: never leave the process behind.
         _stop_process(process, spec.host, port)
         raise
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM if the tuner dies, even by SIGKILL.
+
+    The server runs in its own session so that we can kill its whole group; that also detaches
+    it from the terminal, so without this a killed worker would leave its server running.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _classify_exit(classify: Classifier, text: str, code: int) -> tuple[str, str]:
