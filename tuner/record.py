@@ -30,6 +30,8 @@ Trial user attrs:
     TIMINGS       {"launch_s": float, "bench_s": float, "total_s": float}, modelled seconds
     CONSTRAINTS   {"slo:p99_ttft_ms": float, "launch": float}: > 0 means violated; also set with
                   trial.set_constraint so samplers see them
+    WORKER        "<host>:<pid>" of the worker process that ran the trial
+    SERVER_PGID   process group id of the trial's server while it runs
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ PRUNED = "pruned"
 PREDICTION = "prediction"
 TIMINGS = "timings"
 CONSTRAINTS = "constraints"
+WORKER = "worker"  # "<host>:<pid>" of the worker process running the trial
+SERVER_PGID = "server_pgid"  # process group of the trial's server, to clean up after a dead worker
 
 # How a trial ended, beyond Optuna's state.
 OUTCOME_OK = "ok"  # served the whole benchmark (COMPLETE)
