@@ -1,0 +1,334 @@
+"""Search-space loading, validation messages and conditional suggestion."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+
+from tuner.errors import UserError
+from tuner.space import (
+    SearchSpace,
+    Slo,
+    default_space_path,
+    load_space,
+    shipped_spaces,
+    suggest_flags,
+)
+
+MINIMAL: dict[str, Any] = {
+    "model_path": "org/model",
+    "params": {"a": {"choices": ["x", "y"]}},
+    "workload": {"kind": "random"},
+}
+
+
+def write(tmp_path: Path, data: object, name: str = "space.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def error_for(tmp_path: Path, data: object) -> str:
+    path = write(tmp_path, data)
+    with pytest.raises(UserError) as info:
+        load_space(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(str(path))
+    return message
+
+
+def with_params(**params: Any) -> dict[str, Any]:
+    data = copy.deepcopy(MINIMAL)
+    data["params"].update(params)
+    return data
+
+
+# --------------------------------------------------------------------------- shipped spaces
+
+
+def test_default_space_is_the_seed_scenario():
+    path = default_space_path()
+    assert path.name == "qwen3.6-27b-mtp-hicache.yaml" and path.exists()
+    space = load_space(path)
+    assert space.name == "qwen3.6-27b-mtp-hicache"
+    assert space.engine_version == "0.5.23"
+    assert space.model_path == "Qwen/Qwen3.6-27B"
+    assert space.fixed_flags == {"enable_metrics": True}
+    assert space.sim["hardware"] == "rtx-pro-6000-96gb"
+    assert space.workload["kind"] == "multi-turn"
+    p = space.params
+    assert p["speculative_algorithm"].choices == (None, "NEXTN")
+    assert (p["speculative_num_steps"].low, p["speculative_num_steps"].high) == (1, 5)
+    assert (p["mem_fraction_static"].low, p["mem_fraction_static"].high) == (0.70, 0.95)
+    assert p["hicache_ratio"].when == {"enable_hierarchical_cache": (True,)}
+    assert p["hicache_write_policy"].when == {"enable_hierarchical_cache": (True,)}
+    assert p["mamba_radix_cache_strategy"].choices == ("no_buffer", "extra_buffer")
+    mrr = p["max_running_requests"]
+    assert (mrr.kind, mrr.low, mrr.high, mrr.log) == ("int", 4, 256, True)
+    assert p["chunked_prefill_size"].kind == "categorical"
+    assert space.objectives.metrics == ["output_throughput", "median_tpot_ms"]
+    assert space.objectives.directions == ["maximize", "minimize"]
+    assert space.slos == [Slo(metric="p99_ttft_ms", op="<=", limit=2000)]
+
+
+@pytest.mark.parametrize("name", ["qwen3.6-27b-mtp-hicache", "llama-3.1-8b-h200"])
+def test_shipped_spaces_load_by_name_and_round_trip(name: str):
+    assert name in shipped_spaces()
+    space = load_space(name)
+    again = SearchSpace.from_dict(space.to_dict())
+    assert again == space
+    # to_dict is what the study stores: it must survive JSON and YAML.
+    assert SearchSpace.from_dict(yaml.safe_load(yaml.safe_dump(space.to_dict()))) == space
+
+
+def test_defaults_fill_optional_sections(tmp_path: Path):
+    space = load_space(write(tmp_path, MINIMAL, "my-space.yaml"))
+    assert space.name == "my-space"
+    assert space.engine_version == "0.5.23"
+    assert space.bench.concurrency == 16 and space.bench.stages == 4
+    assert space.bench.request_rate is None and space.bench.api == "generate"
+    assert space.objectives.latency == "median_tpot_ms"
+    assert space.slos == [] and space.sim == {} and space.fixed_flags == {}
+
+
+def test_slo_violation_is_graded_relative_to_the_limit():
+    upper = Slo(metric="p99_ttft_ms", op="<=", limit=2000)
+    assert upper.violation(3000) == pytest.approx(0.5)
+    assert upper.violation(1000) == pytest.approx(-0.5)
+    lower = Slo(metric="output_throughput", op=">=", limit=100)
+    assert lower.violation(50) == pytest.approx(0.5)
+    assert lower.violation(150) < 0
+    assert str(upper) == "p99_ttft_ms <= 2000"
+
+
+def test_slos_accept_the_mapping_form(tmp_path: Path):
+    data = dict(MINIMAL, slos=[{"metric": "p95_itl_ms", "op": "<=", "limit": 50}, "p99_ttft_ms<=9"])
+    space = load_space(write(tmp_path, data))
+    assert [(s.metric, s.op, s.limit) for s in space.slos] == [
+        ("p95_itl_ms", "<=", 50.0),
+        ("p99_ttft_ms", "<=", 9.0),
+    ]
+
+
+# --------------------------------------------------------------------------- error messages
+
+
+def test_yaml_syntax_error_names_file_line_and_column(tmp_path: Path):
+    text = "model_path: m\nparams:\n  a: {choices: [x, y]\nworkload: {kind: random}\n"
+    message = error_for(tmp_path, text)
+    assert ":4:1: invalid YAML" in message
+
+
+def test_missing_file_is_a_user_error(tmp_path: Path):
+    with pytest.raises(UserError, match="cannot read search space"):
+        load_space(tmp_path / "nope.yaml")
+    with pytest.raises(UserError, match=r"qwen3\.6-27b-mtp-hicache"):
+        load_space("no-such-space")
+
+
+def test_unknown_top_level_key_lists_allowed_keys(tmp_path: Path):
+    message = error_for(tmp_path, dict(MINIMAL, objective={"latency": "x"}))
+    assert "objective: unknown key" in message and "objectives" in message
+
+
+def test_unknown_param_key_names_the_path(tmp_path: Path):
+    message = error_for(tmp_path, with_params(b={"low": 1, "hihg": 2}))
+    assert "params.b.hihg: unknown key" in message
+    assert "low, high, step, log, type, derive, when" in message
+
+
+def test_bad_range_names_key_value_and_rule(tmp_path: Path):
+    data = with_params(mem_fraction_static={"low": 0.99, "high": 0.95})
+    message = error_for(tmp_path, data)
+    assert "params.mem_fraction_static.low: 0.99 is above high (0.95)" in message
+
+
+def test_wrong_type_names_value_and_expected_type(tmp_path: Path):
+    message = error_for(tmp_path, with_params(b={"low": "abc", "high": 2}))
+    assert "params.b.low = 'abc': must be a number" in message
+    message = error_for(tmp_path, with_params(b={"low": True, "high": 2}))
+    assert "params.b.low = True: must be a number" in message
+
+
+def test_condition_naming_unknown_param(tmp_path: Path):
+    message = error_for(tmp_path, with_params(b={"low": 1, "high": 2, "when": {"zz": 1}}))
+    assert "params.b.when.zz: condition names 'zz', which is not a param of this space" in message
+    assert "(params: a, b)" in message
+
+
+def test_params_are_sampled_after_what_they_depend_on(tmp_path: Path):
+    data = copy.deepcopy(MINIMAL)
+    data["params"] = {
+        "c": {"derive": "b + 1", "when": {"a": "x"}},
+        "b": {"low": 1, "high": 2, "when": {"a": "x"}},
+        "a": {"choices": ["x"]},
+        "z": {"choices": [1]},
+    }
+    space = load_space(write(tmp_path, data))
+    assert list(space.params) == ["a", "b", "c", "z"]
+    flags = suggest_flags(optuna.create_study().ask(), space)
+    assert flags["c"] == flags["b"] + 1
+
+
+def test_dependency_cycle_is_rejected(tmp_path: Path):
+    data = copy.deepcopy(MINIMAL)
+    data["params"] = {
+        "a": {"choices": [1], "when": {"b": 1}},
+        "b": {"choices": [1], "when": {"a": 1}},
+    }
+    assert "params.a: conditions or derivations form a cycle: a -> b -> a" in error_for(
+        tmp_path, data
+    )
+
+
+def test_condition_value_outside_choices(tmp_path: Path):
+    message = error_for(tmp_path, with_params(b={"low": 1, "high": 2, "when": {"a": "q"}}))
+    assert "params.b.when.a: 'q' is not one of a's choices ['x', 'y']" in message
+
+
+@pytest.mark.parametrize(
+    ("param", "expected"),
+    [
+        ({"low": 0, "high": 8, "log": True}, "params.b.low: 0 must be > 0 on a log scale"),
+        ({"low": 1, "high": 8, "log": True, "step": 0.5}, "params.b.step: a log-scale range"),
+        ({"low": 0.1, "high": 2, "step": 0.3}, "params.b.step: 0.3 does not divide"),
+        ({"low": 1.5, "high": 4, "type": "int"}, "params.b.low: 1.5 is not a whole number"),
+        ({"choices": []}, "params.b.choices: must list at least one value"),
+        ({"choices": [1, 1]}, "params.b.choices: lists 1 twice"),
+        ({"choices": [1], "step": 1}, "params.b.step: only applies to a low/high range"),
+        ({"choices": [1], "low": 1}, "params.b: give exactly one of choices, low/high or derive"),
+        ({"low": 1}, "params.b.high: a range needs both low and high"),
+        ({"derive": "__import__('os')"}, "only min(...) and max(...) may be called"),
+        ({"derive": "a.real"}, "only numbers, param names"),
+        ({"derive": "nope + 1"}, "params.b.derive: names 'nope', which is not a param"),
+        ({"derive": "b + 1"}, "params.b.derive: 'b' cannot depend on itself"),
+        (5, "params.b = 5: must be a mapping"),
+    ],
+)
+def test_param_rules(tmp_path: Path, param: object, expected: str):
+    assert expected in error_for(tmp_path, with_params(b=param))
+
+
+def test_derive_must_be_as_conditional_as_what_it_uses(tmp_path: Path):
+    data = with_params(b={"low": 1, "high": 2, "when": {"a": "x"}}, c={"derive": "b * 2"})
+    message = error_for(tmp_path, data)
+    assert "params.c.derive: uses 'b', which is only sampled when a is one of ['x']" in message
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"workload": {"kind": "sharegpt"}}, "workload.kind: 'sharegpt' is not a workload kind"),
+        ({"workload": {"turns": 3}}, "workload.kind: is required"),
+        ({"objectives": {"latency": "p50_tpot_ms"}}, "objectives.latency: 'p50_tpot_ms'"),
+        ({"objectives": {"throughput": "tok_s"}}, "objectives.throughput: 'tok_s'"),
+        ({"slos": ["p99_ttft <= 3"]}, "slos.0: 'p99_ttft' is not a benchmark metric"),
+        ({"slos": ["p99_ttft_ms < 3"]}, "slos.0: operator '<'"),
+        ({"slos": ["p99_ttft_ms <= fast"]}, "the limit 'fast' is not a number"),
+        ({"bench": {"concurrency": 0}}, "bench.concurrency = 0"),
+        ({"bench": {"api": "grpc"}}, "bench.api = 'grpc'"),
+        ({"engine": {"name": "vllm"}}, "engine.name = 'vllm'"),
+        ({"fixed_flags": {"enable-metrics": True}}, "fixed_flags.enable-metrics: 'enable-metrics'"),
+        ({"fixed_flags": {"port": 1}}, "fixed_flags.port: is set by the launcher"),
+        ({"fixed_flags": {"a": 1}}, "params.a: is also in fixed_flags"),
+        ({"name": "my study"}, "name: 'my study' is not a usable study name"),
+        ({"params": {}}, "params: at least one tuned param is needed"),
+    ],
+)
+def test_section_rules(tmp_path: Path, change: dict[str, Any], expected: str):
+    assert expected in error_for(tmp_path, dict(MINIMAL, **change))
+
+
+def test_missing_required_key(tmp_path: Path):
+    data = {k: v for k, v in MINIMAL.items() if k != "model_path"}
+    assert "model_path: required key is missing" in error_for(tmp_path, data)
+
+
+def test_non_mapping_file(tmp_path: Path):
+    assert "must be a YAML mapping" in error_for(tmp_path, "- a\n- b\n")
+
+
+# --------------------------------------------------------------------------- suggestion
+
+
+def test_conditional_suggestion_with_multivariate_group_tpe():
+    space = load_space(default_space_path())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(
+            multivariate=True, group=True, seed=1, n_startup_trials=8
+        )
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+    seen: list[dict[str, object]] = []
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        flags = suggest_flags(trial, space)
+        seen.append(flags)
+        # Something the sampler can learn from, so the TPE phase is really exercised.
+        tput = flags["max_running_requests"] * (2.0 if flags["speculative_algorithm"] else 1.0)
+        return tput, float(flags["mem_fraction_static"])
+
+    study.optimize(objective, n_trials=30)
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+
+    speculative = [f for f in seen if f["speculative_algorithm"] == "NEXTN"]
+    plain = [f for f in seen if f["speculative_algorithm"] is None]
+    assert speculative and plain
+    for flags in speculative:
+        assert 1 <= flags["speculative_num_steps"] <= 5
+        assert flags["speculative_eagle_topk"] == 1
+        assert flags["speculative_num_draft_tokens"] == flags["speculative_num_steps"] + 1
+    for flags in plain:
+        assert not any(k.startswith("speculative_") and k != "speculative_algorithm" for k in flags)
+
+    hicache = [f for f in seen if f["enable_hierarchical_cache"]]
+    assert hicache and len(hicache) < len(seen)
+    for flags in seen:
+        on = flags["enable_hierarchical_cache"] is True
+        assert ("hicache_ratio" in flags) == on and ("hicache_write_policy" in flags) == on
+        if on:
+            assert 1.0 <= flags["hicache_ratio"] <= 8.0
+        assert 0.70 <= flags["mem_fraction_static"] <= 0.95
+        # stepped floats come back as the number a user would type
+        assert flags["mem_fraction_static"] == round(flags["mem_fraction_static"], 2)
+        assert 4 <= flags["max_running_requests"] <= 256
+        assert flags["chunked_prefill_size"] in (2048, 4096, 8192, 16384)
+        assert flags["mamba_radix_cache_strategy"] in ("no_buffer", "extra_buffer")
+
+    # The trial's Optuna params are exactly the sampled (non-derived) flags.
+    for trial, flags in zip(study.trials, seen, strict=True):
+        assert set(trial.params) == set(flags) - {"speculative_num_draft_tokens"}
+
+
+def test_condition_with_a_list_of_values_and_chained_conditions(tmp_path: Path):
+    data = with_params(
+        b={"choices": [1, 2, 3], "when": {"a": ["x"]}},
+        c={"low": 0.5, "high": 1.0, "when": {"b": [2, 3]}},
+        d={"derive": "max(b, 2) * 10", "when": {"a": "x"}},
+    )
+    space = load_space(write(tmp_path, data))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    for _ in range(20):
+        trial = study.ask()
+        flags = suggest_flags(trial, space)
+        study.tell(trial, 0.0)
+        if flags["a"] == "y":
+            assert set(flags) == {"a"}
+        else:
+            assert ("c" in flags) == (flags["b"] in (2, 3))
+            assert flags["d"] == max(flags["b"], 2) * 10
+
+
+def test_boolean_condition_does_not_match_one(tmp_path: Path):
+    data = copy.deepcopy(MINIMAL)
+    data["params"] = {"a": {"choices": [1]}, "b": {"choices": ["z"], "when": {"a": True}}}
+    message = error_for(tmp_path, data)
+    assert "params.b.when.a: True is not one of a's choices [1]" in message
