@@ -1,0 +1,338 @@
+"""Async streaming HTTP client: one RequestRecord per request, failures recorded, not raised.
+
+Time is read once per network read and converted to the modelled hardware's seconds right there
+(the simulator may run K times faster than real time), so that every later computation works in
+modelled units and never needs to know K.
+
+Example:
+    >>> async def one(url: str) -> RequestRecord:
+    ...     async with BenchClient(url, api="generate") as client:
+    ...         await client.probe()
+    ...         body = build_body("generate", [("user", [1, 2, 3])], 8, ignore_eos=True, model=None)
+    ...         record, _ = await client.send(0, body, expected_output_tokens=8)
+    ...         return record
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+from tuner.bench.payload import API_PATHS, APIS
+from tuner.errors import UserError
+
+API_KEY_ENV = "SGLANG_API_KEY"
+_CONNECT_TIMEOUT_S = 30.0  # wall seconds; a local server that takes longer is not serving
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What happened to one request. Times are modelled seconds.
+
+    `start_s` and `end_s` are measured from the start of the benchmark; `ttft_s` and
+    `chunk_times_s` from the request's own start. `chunk_times_s[i]` is when the i-th chunk that
+    carried new output tokens arrived and `chunk_tokens[i]` how many it carried (several with
+    speculative decoding).
+    """
+
+    index: int
+    start_s: float
+    end_s: float = 0.0
+    ttft_s: float | None = None
+    chunk_times_s: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    expected_output_tokens: int = 0
+    cached_tokens: int = 0
+    spec_accept_length: float | None = None
+    error: str | None = None
+    http_status: int | None = None
+    conversation: int | None = None
+    turn: int | None = None
+    rid: str | None = None
+
+    @property
+    def success(self) -> bool:
+        return self.error is None
+
+    @property
+    def latency_s(self) -> float:
+        return self.end_s - self.start_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class ModelClock:
+    """Modelled seconds since `restart()`: wall time multiplied by the server's time scale."""
+
+    __slots__ = ("_origin", "scale")
+
+    def __init__(self, scale: float = 1.0) -> None:
+        self.scale = scale
+        self._origin = time.perf_counter()
+
+    def restart(self) -> None:
+        self._origin = time.perf_counter()
+
+    def now(self) -> float:
+        return (time.perf_counter() - self._origin) * self.scale
+
+    def to_wall(self, modelled_s: float) -> float:
+        return modelled_s / self.scale
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    time_scale: float
+    model: str | None
+    raw: dict[str, Any]
+
+
+class BenchClient:
+    """Sends streaming requests to one sglang (or simulator) server.
+
+    The API key comes from `api_key` or, when that is None, from the SGLANG_API_KEY environment
+    variable; it is sent as `Authorization: Bearer <key>`, which is what sglang's `--api-key`
+    checks.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api: str = "generate",
+        api_key: str | None = None,
+        max_connections: int | None = None,
+        request_timeout_s: float | None = None,
+        clock: ModelClock | None = None,
+    ) -> None:
+        if api not in APIS:
+            raise UserError(f"api {api!r} is not known; allowed: {', '.join(APIS)}")
+        if not url.startswith(("http://", "https://")):
+            raise UserError(f"server url {url!r} must start with http:// or https://")
+        self.url = url.rstrip("/")
+        self.api = api
+        self.path = API_PATHS[api]
+        self.clock = clock or ModelClock()
+        self.request_timeout_s = request_timeout_s  # modelled seconds
+        key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._http = httpx.AsyncClient(
+            base_url=self.url,
+            headers=headers,
+            timeout=httpx.Timeout(None, connect=_CONNECT_TIMEOUT_S),
+            # httpx caps a pool at 100 connections by default, which would silently cap
+            # the benchmark's concurrency.
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=None),
+            # A benchmark talks straight to the server, never through a proxy from the environment.
+            trust_env=False,
+        )
+
+    async def __aenter__(self) -> BenchClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def probe(self) -> ServerInfo:
+        """Read /server_info (or the older /get_server_info) and set the clock's time scale.
+
+        Raises UserError when the server cannot be reached or refuses us.
+        """
+        info: dict[str, Any] = {}
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                response = await self._http.get(path, timeout=_CONNECT_TIMEOUT_S)
+            except httpx.HTTPError as exc:
+                raise UserError(
+                    f"cannot reach the server at {self.url}: {_describe(exc)}"
+                ) from None
+            if response.status_code in (401, 403):
+                raise UserError(
+                    f"the server at {self.url} refused us (HTTP {response.status_code}); "
+                    f"set {API_KEY_ENV} to the key it was started with"
+                )
+            if response.status_code == 200:
+                try:
+                    info = response.json()
+                except ValueError:
+                    info = {}
+                break
+        # Real sglang has no time scale: it runs in real time.
+        scale = info.get("sim_time_scale", 1.0) if isinstance(info, dict) else 1.0
+        if not isinstance(scale, int | float) or scale <= 0:
+            scale = 1.0
+        self.clock.scale = float(scale)
+        model = info.get("served_model_name") or info.get("model_path")
+        return ServerInfo(float(scale), model if isinstance(model, str) else None, info)
+
+    async def send(
+        self,
+        index: int,
+        body: dict[str, Any],
+        *,
+        expected_output_tokens: int,
+        conversation: int | None = None,
+        turn: int | None = None,
+        capture_output_ids: bool = False,
+    ) -> tuple[RequestRecord, list[int] | None]:
+        """Send one streaming request; return its record and, when asked and the server sent
+        them, the generated token ids (a multi-turn history resends them)."""
+        clock = self.clock
+        content = json.dumps(body).encode()
+        record = RequestRecord(
+            index=index,
+            start_s=clock.now(),
+            expected_output_tokens=expected_output_tokens,
+            conversation=conversation,
+            turn=turn,
+        )
+        output_ids: list[int] | None = None
+        timeout = None if self.request_timeout_s is None else clock.to_wall(self.request_timeout_s)
+        try:
+            async with asyncio.timeout(timeout):
+                output_ids = await self._stream(content, record, capture_output_ids)
+        except TimeoutError:
+            record.error = f"timeout after {self.request_timeout_s:g} s"
+        except httpx.HTTPError as exc:
+            record.error = _describe(exc)
+        except ValueError as exc:  # a chunk that is not JSON
+            record.error = f"bad chunk from server: {exc}"
+        record.end_s = clock.now()
+        return record, output_ids
+
+    async def _stream(
+        self, content: bytes, record: RequestRecord, capture_output_ids: bool
+    ) -> list[int] | None:
+        clock = self.clock
+        start = record.start_s
+        generate = self.api == "generate"
+        chunk_times = record.chunk_times_s
+        chunk_tokens = record.chunk_tokens
+        loads = json.loads
+        tokens_so_far = 0
+        last: dict[str, Any] | None = None  # meta_info or usage with the latest totals
+        ids_chunks: list[list[int]] = []
+        done = False
+        buffer = b""
+        async with self._http.stream(
+            "POST", self.path, content=content, headers={"Content-Type": "application/json"}
+        ) as response:
+            record.http_status = response.status_code
+            if response.status_code != 200:
+                text = (await response.aread())[:300].decode(errors="replace").strip()
+                record.error = f"HTTP {response.status_code}: {text}"
+                return None
+            # Raw bytes skip httpx's text decoding and line splitting; the SSE framing is simple
+            # enough to split here, which keeps the client's CPU cost per chunk low.
+            async for piece in response.aiter_raw():
+                now = clock.now() - start
+                if buffer:
+                    piece = buffer + piece
+                lines = piece.split(b"\n")
+                buffer = lines.pop()
+                for line in lines:
+                    if not line.startswith(b"data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        done = True
+                        continue
+                    event = loads(payload)
+                    new = 0
+                    if generate:
+                        meta = event.get("meta_info")
+                        if meta is None:
+                            record.error = _server_error(event)
+                            return None
+                        last = meta
+                        new = meta.get("completion_tokens", 0) - tokens_so_far
+                        if capture_output_ids and "output_ids" in event:
+                            ids_chunks.append(event["output_ids"])
+                    else:
+                        if "error" in event:
+                            record.error = _server_error(event)
+                            return None
+                        usage = event.get("usage")
+                        if usage:
+                            last = usage
+                        choices = event.get("choices")
+                        if choices and _delta_text(choices[0]):
+                            # Without per-chunk usage, a chunk counts as one token; the total
+                            # still comes from the final usage chunk.
+                            new = 1
+                            if usage and usage.get("completion_tokens"):
+                                new = max(1, usage["completion_tokens"] - tokens_so_far)
+                    if new > 0:
+                        tokens_so_far += new
+                        chunk_times.append(now)
+                        chunk_tokens.append(new)
+        if not done:
+            record.error = "stream ended before [DONE] (server closed the connection)"
+        if chunk_times:
+            record.ttft_s = chunk_times[0]
+        self._fill_totals(record, last, tokens_so_far)
+        if not capture_output_ids or not ids_chunks:
+            return None
+        # sglang streams output_ids cumulatively by default, incrementally when told to.
+        if len(ids_chunks[-1]) == record.output_tokens:
+            return list(ids_chunks[-1])
+        joined = [t for chunk in ids_chunks for t in chunk]
+        return joined if len(joined) == record.output_tokens else None
+
+    def _fill_totals(
+        self, record: RequestRecord, last: dict[str, Any] | None, tokens_so_far: int
+    ) -> None:
+        record.output_tokens = tokens_so_far
+        if last is None:
+            return
+        if self.api == "generate":
+            record.prompt_tokens = int(last.get("prompt_tokens") or 0)
+            record.output_tokens = int(last.get("completion_tokens") or tokens_so_far)
+            record.cached_tokens = int(last.get("cached_tokens") or 0)
+            accept = last.get("spec_accept_length")
+            record.spec_accept_length = float(accept) if accept is not None else None
+            rid = last.get("id")
+            record.rid = str(rid) if rid is not None else None
+        else:
+            record.prompt_tokens = int(last.get("prompt_tokens") or 0)
+            record.output_tokens = int(last.get("completion_tokens") or tokens_so_far)
+            details = last.get("prompt_tokens_details") or {}
+            record.cached_tokens = int(details.get("cached_tokens") or 0)
+
+
+def _delta_text(choice: dict[str, Any]) -> str | None:
+    delta = choice.get("delta")
+    if delta is not None:
+        return delta.get("content") or delta.get("reasoning_content")
+    return choice.get("text")
+
+
+def _server_error(event: dict[str, Any]) -> str:
+    error = event.get("error", event)
+    if isinstance(error, dict):
+        error = error.get("message", error)
+    return f"server error: {str(error)[:300]}"
+
+
+def _describe(exc: BaseException) -> str:
+    kind = {
+        httpx.ConnectError: "connection refused or failed",
+        httpx.ConnectTimeout: "connect timeout",
+        httpx.RemoteProtocolError: "disconnected",
+        httpx.ReadError: "disconnected",
+        httpx.ReadTimeout: "read timeout",
+    }.get(type(exc), type(exc).__name__)
+    detail = str(exc).strip()
+    return f"{kind}: {detail}" if detail else kind

@@ -1,0 +1,355 @@
+"""A staged benchmark run: arrival, warm-up, multi-turn ordering and an early-stop hook.
+
+Requests are released by arrival (a maximum concurrency, or a Poisson / constant request rate
+with an optional concurrency cap). A multi-turn conversation sends turn k+1 only after turn k
+finished, with the answer appended to its history. The run is split into stages by requests
+completed; after each stage a callback gets the cumulative summary and may stop the run, which
+cancels the requests in flight (closing their connections, so the server aborts them) and
+returns what was measured.
+
+Example:
+    >>> spec = WorkloadSpec.from_dict({"kind": "random", "requests": 40, "input_len": 512})
+    >>> cfg = BenchConfig(url="http://127.0.0.1:30000", workload=spec, concurrency=8, stages=4)
+    >>> keep_going = lambda stage, summary: summary["output_throughput"] > 100
+    >>> result = run_bench(cfg, on_stage=keep_going)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tuner.bench.client import BenchClient, ModelClock, RequestRecord
+from tuner.bench.metrics import check_slos, summarize
+from tuner.bench.payload import APIS, History, build_body, flatten, prompt_length
+from tuner.bench.workload import Conversation, WorkloadSpec
+from tuner.errors import UserError
+
+ARRIVALS = ("poisson", "constant")
+
+# Stage callback: (stage index from 0, cumulative summary) -> False to stop the run.
+StageCallback = Callable[[int, dict[str, float | int]], bool | None]
+# Progress callback: (requests finished, requests in the run).
+ProgressCallback = Callable[[int, int], None]
+
+Summary = dict[str, float | int]
+
+
+@dataclass
+class BenchConfig:
+    """How to run one benchmark. Times and rates are in modelled units (see BenchResult).
+
+    concurrency: most requests in flight (None: no cap).
+    request_rate: requests per second released by `arrival` (None: as fast as the cap allows).
+    warmup_requests: sent and awaited before the measurement; not counted.
+    stages: the run is split into this many stages by requests completed.
+    api: "generate" (native, token ids, exact lengths), "completions" or "chat" (OpenAI).
+    api_key: sent as `Authorization: Bearer`; None reads SGLANG_API_KEY from the environment.
+    request_timeout_s: a request running longer is recorded as a timeout (None: no limit).
+    model: the `model` field of OpenAI requests (None: what /server_info says).
+    slos: limits for goodput, e.g. {"ttft_ms": 2000, "tpot_ms": 50, "e2e_latency_ms": 30000}.
+    """
+
+    url: str
+    workload: WorkloadSpec
+    concurrency: int | None = None
+    request_rate: float | None = None
+    arrival: str = "poisson"
+    warmup_requests: int = 1
+    stages: int = 1
+    api: str = "generate"
+    api_key: str | None = None
+    request_timeout_s: float | None = 1800.0
+    ignore_eos: bool = True
+    model: str | None = None
+    slos: Mapping[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        def check(ok: bool, message: str) -> None:
+            if not ok:
+                raise UserError(message)
+
+        check(isinstance(self.workload, WorkloadSpec), "workload must be a WorkloadSpec")
+        check(
+            self.concurrency is None or (_is_int(self.concurrency) and self.concurrency >= 1),
+            f"concurrency must be an integer >= 1, got {self.concurrency!r}",
+        )
+        check(
+            self.request_rate is None or (_is_number(self.request_rate) and self.request_rate > 0),
+            f"request rate must be a number > 0, got {self.request_rate!r}",
+        )
+        check(
+            self.arrival in ARRIVALS,
+            f"arrival {self.arrival!r} is not known; allowed: {', '.join(ARRIVALS)}",
+        )
+        check(
+            _is_int(self.warmup_requests) and self.warmup_requests >= 0,
+            f"warm-up requests must be an integer >= 0, got {self.warmup_requests!r}",
+        )
+        check(
+            _is_int(self.stages) and self.stages >= 1,
+            f"stages must be an integer >= 1, got {self.stages!r}",
+        )
+        check(self.api in APIS, f"api {self.api!r} is not known; allowed: {', '.join(APIS)}")
+        check(
+            self.request_timeout_s is None
+            or (_is_number(self.request_timeout_s) and self.request_timeout_s > 0),
+            f"request timeout must be a number of seconds > 0, got {self.request_timeout_s!r}",
+        )
+        try:
+            check_slos(self.slos)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+
+
+@dataclass
+class BenchResult:
+    """What a run measured. All times are modelled seconds: wall time x the server's
+    `sim_time_scale` (1.0 on a real server), so the figures do not depend on the scale.
+
+    summary: the full summary (sglang's key names) of every request that finished.
+    stages: the cumulative summary after each completed stage.
+    stopped_at_stage: the stage whose callback returned False, None when none did.
+    """
+
+    summary: Summary
+    stages: list[Summary]
+    records: list[RequestRecord]
+    stopped_at_stage: int | None
+    duration_s: float
+    time_scale: float = 1.0
+    warmup_records: list[RequestRecord] = field(default_factory=list)
+    server_info: dict[str, Any] = field(default_factory=dict)
+
+
+def run_bench(
+    cfg: BenchConfig,
+    on_stage: StageCallback | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> BenchResult:
+    """Run a benchmark to the end or until `on_stage` returns False (blocking).
+
+    Raises UserError when the server cannot be reached at all; failures of single requests
+    are recorded in their RequestRecord and counted in `summary["failed"]`.
+    """
+    return asyncio.run(run_bench_async(cfg, on_stage, on_progress))
+
+
+async def run_bench_async(
+    cfg: BenchConfig,
+    on_stage: StageCallback | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> BenchResult:
+    """`run_bench` for callers that already run an event loop."""
+    clock = ModelClock()
+    conversations = cfg.workload.make_conversations()
+    async with BenchClient(
+        cfg.url,
+        api=cfg.api,
+        api_key=cfg.api_key,
+        max_connections=cfg.concurrency,
+        request_timeout_s=cfg.request_timeout_s,
+        clock=clock,
+    ) as client:
+        info = await client.probe()
+        model = cfg.model or info.model
+        warmup = cfg.workload.make_warmup(cfg.warmup_requests)
+        warmup_records = await _Run(cfg, client, model, warmup, paced=False).warm_up()
+        clock.restart()
+        run = _Run(cfg, client, model, conversations, on_stage, on_progress)
+        await run.measure()
+    return run.result(info.time_scale, warmup_records, info.raw)
+
+
+class _Run:
+    """The state of one measured (or warm-up) pass over a list of conversations."""
+
+    def __init__(
+        self,
+        cfg: BenchConfig,
+        client: BenchClient,
+        model: str | None,
+        conversations: list[Conversation],
+        on_stage: StageCallback | None = None,
+        on_progress: ProgressCallback | None = None,
+        *,
+        paced: bool = True,
+    ) -> None:
+        self.cfg = cfg
+        # Warm-up requests go out at once (up to the cap), not at the measured request rate.
+        self.rate = cfg.request_rate if paced else None
+        self.client = client
+        self.model = model
+        self.conversations = conversations
+        self.on_stage = on_stage
+        self.on_progress = on_progress
+        self.total = sum(len(c.turns) for c in conversations)
+        stages = min(cfg.stages, self.total)
+        self.boundaries = [math.ceil((i + 1) * self.total / stages) for i in range(stages)]
+        self.records: list[RequestRecord] = []
+        self.stage_summaries: list[Summary] = []
+        self.stopped_at_stage: int | None = None
+        self.histories: list[History] = [
+            [("system", c.system)] if c.system else [] for c in conversations
+        ]
+        self.ready: deque[tuple[int, int]] = deque((i, 0) for i in range(len(conversations)))
+        self.ready_event = asyncio.Event()
+        self.finished = asyncio.Event()
+        self.slots = asyncio.Semaphore(cfg.concurrency) if cfg.concurrency else None
+        self.in_flight: set[asyncio.Task[None]] = set()
+        self.failure: BaseException | None = None
+
+    async def warm_up(self) -> list[RequestRecord]:
+        if not self.conversations:
+            return []
+        await self._run_all()
+        return self.records
+
+    async def measure(self) -> None:
+        await self._run_all()
+        if self.failure is not None:
+            raise self.failure
+
+    async def _run_all(self) -> None:
+        dispatcher = asyncio.create_task(self._dispatch())
+        try:
+            await self.finished.wait()
+        finally:
+            # Reached on completion, on a stop from the callback, and when our caller is
+            # cancelled: in-flight requests are cancelled, which closes their connections.
+            dispatcher.cancel()
+            for task in self.in_flight:
+                task.cancel()
+            await asyncio.gather(dispatcher, *self.in_flight, return_exceptions=True)
+
+    async def _dispatch(self) -> None:
+        try:
+            rate = self.rate
+            rng = np.random.default_rng(self.cfg.workload.seed)
+            clock = self.client.clock
+            next_release = time.perf_counter()
+            for index in range(self.total):
+                if rate is not None and index > 0:
+                    gap = rng.exponential(1.0 / rate) if self.cfg.arrival == "poisson" else 1 / rate
+                    # Absolute release times, so that slow iterations do not drift the rate.
+                    next_release += clock.to_wall(gap)
+                    delay = next_release - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                if self.slots is not None:
+                    await self.slots.acquire()
+                while not self.ready:
+                    self.ready_event.clear()
+                    await self.ready_event.wait()
+                conv, turn = self.ready.popleft()
+                task = asyncio.create_task(self._one(index, conv, turn))
+                self.in_flight.add(task)
+                task.add_done_callback(self.in_flight.discard)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # a bug must end the run, not hang it
+            self.failure = exc
+            self.finished.set()
+
+    async def _one(self, index: int, conv_index: int, turn_index: int) -> None:
+        try:
+            await self._send_turn(index, conv_index, turn_index)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # a bug must end the run, not hang it
+            self.failure = exc
+            self.finished.set()
+
+    async def _send_turn(self, index: int, conv_index: int, turn_index: int) -> None:
+        conversation = self.conversations[conv_index]
+        turn = conversation.turns[turn_index]
+        history = [*self.histories[conv_index], ("user", turn.user)]
+        has_next = turn_index + 1 < len(conversation.turns)
+        try:
+            body = build_body(
+                self.cfg.api,
+                history,
+                turn.output_len,
+                ignore_eos=self.cfg.ignore_eos,
+                model=self.model,
+            )
+            record, output_ids = await self.client.send(
+                index,
+                body,
+                expected_output_tokens=turn.output_len,
+                conversation=conv_index if len(conversation.turns) > 1 else None,
+                turn=turn_index if len(conversation.turns) > 1 else None,
+                capture_output_ids=has_next,
+            )
+        finally:
+            if self.slots is not None:
+                self.slots.release()
+        if record.prompt_tokens == 0 and record.success:
+            record.prompt_tokens = prompt_length(flatten(history))
+        if has_next:
+            # The server's own answer keeps the history a prefix of what it has cached; the
+            # synthetic answer of the same length stands in when it does not send its ids.
+            answer = output_ids if output_ids is not None else turn.synthetic_answer
+            self.histories[conv_index] = [*history, ("assistant", answer)]
+            self.ready.append((conv_index, turn_index + 1))
+            self.ready_event.set()
+        self._finish(record)
+
+    def _finish(self, record: RequestRecord) -> None:
+        if self.finished.is_set():
+            return
+        self.records.append(record)
+        done = len(self.records)
+        if self.on_progress is not None:
+            self.on_progress(done, self.total)
+        stage = len(self.stage_summaries)
+        if stage < len(self.boundaries) and done == self.boundaries[stage]:
+            summary = summarize(self.records, self._duration(), self.cfg.slos)
+            self.stage_summaries.append(summary)
+            if self.on_stage is not None:
+                try:
+                    keep_going = self.on_stage(stage, summary)
+                except BaseException as exc:
+                    self.failure = exc
+                    self.finished.set()
+                    return
+                if keep_going is False:
+                    self.stopped_at_stage = stage
+                    self.finished.set()
+                    return
+        if done == self.total:
+            self.finished.set()
+
+    def _duration(self) -> float:
+        # The benchmark starts at 0 (the clock restarts just before the first request).
+        return max((r.end_s for r in self.records), default=0.0)
+
+    def result(
+        self, time_scale: float, warmup_records: list[RequestRecord], server_info: dict[str, Any]
+    ) -> BenchResult:
+        duration = self._duration()
+        return BenchResult(
+            summary=summarize(self.records, duration, self.cfg.slos),
+            stages=list(self.stage_summaries),
+            records=list(self.records),
+            stopped_at_stage=self.stopped_at_stage,
+            duration_s=duration,
+            time_scale=time_scale,
+            warmup_records=warmup_records,
+            server_info=server_info,
+        )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
