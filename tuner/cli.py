@@ -6,6 +6,7 @@ Each command lives in the module that owns the work; this file only wires them t
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 import typer
@@ -48,6 +49,126 @@ def version() -> None:
     from tuner import __version__
 
     typer.echo(__version__)
+
+
+@app.command()
+def bench(
+    url: str = typer.Option("http://127.0.0.1:30000", "--url", help="Server to benchmark."),
+    workload: str = typer.Option(
+        "random", "--workload", help="random, shared-prefix, multi-turn or jsonl."
+    ),
+    requests: int | None = typer.Option(
+        None, "--requests", help="random / jsonl: requests to send (random: 200)."
+    ),
+    input_len: int | None = typer.Option(None, "--input-len", help="random: prompt tokens (1024)."),
+    output_len: int | None = typer.Option(
+        None, "--output-len", help="random / shared-prefix / jsonl default: output tokens (256)."
+    ),
+    range_ratio: float | None = typer.Option(
+        None, "--range-ratio", help="random: lengths drawn from len x ratio to len (1.0)."
+    ),
+    groups: int | None = typer.Option(None, "--groups", help="shared-prefix: groups (8)."),
+    prompts_per_group: int | None = typer.Option(
+        None, "--prompts-per-group", help="shared-prefix: prompts per group (16)."
+    ),
+    system_prompt_len: int | None = typer.Option(
+        None, "--system-prompt-len", help="shared-prefix / multi-turn: system prompt tokens (2048)."
+    ),
+    question_len: int | None = typer.Option(
+        None, "--question-len", help="shared-prefix: question tokens (128)."
+    ),
+    conversations: int | None = typer.Option(
+        None, "--conversations", help="multi-turn: conversations (16)."
+    ),
+    turns: int | None = typer.Option(None, "--turns", help="multi-turn: turns each (4)."),
+    user_len: int | None = typer.Option(
+        None, "--user-len", help="multi-turn: user turn tokens (256)."
+    ),
+    answer_len: int | None = typer.Option(
+        None, "--answer-len", help="multi-turn: answer tokens (256)."
+    ),
+    file: str | None = typer.Option(None, "--file", help="jsonl: the request file."),
+    seed: int | None = typer.Option(None, "--seed", help="Workload and arrival seed (0)."),
+    concurrency: int | None = typer.Option(
+        None, "--concurrency", help="Most requests in flight (default: no cap)."
+    ),
+    request_rate: float | None = typer.Option(
+        None, "--request-rate", help="Requests per second (default: as fast as allowed)."
+    ),
+    arrival: str = typer.Option("poisson", "--arrival", help="poisson or constant."),
+    warmup_requests: int = typer.Option(1, "--warmup-requests", help="Not counted."),
+    stages: int = typer.Option(1, "--stages", help="Stages, by requests completed."),
+    api: str = typer.Option("generate", "--api", help="generate, completions or chat."),
+    api_key: str | None = typer.Option(
+        None,
+        "--api-key",
+        envvar="SGLANG_API_KEY",
+        show_default=False,
+        help="Sent as a Bearer token; prefer the environment variable to the command line.",
+    ),
+    model: str | None = typer.Option(
+        None, "--model", help="OpenAI APIs: model name (default: from /server_info)."
+    ),
+    request_timeout: float | None = typer.Option(
+        1800.0, "--request-timeout", help="Seconds before a request counts as timed out."
+    ),
+    ignore_eos: bool = typer.Option(
+        True, "--ignore-eos/--no-ignore-eos", help="Generate exactly the output length."
+    ),
+    slo_ttft_ms: float | None = typer.Option(None, "--slo-ttft-ms", help="Goodput: TTFT limit."),
+    slo_tpot_ms: float | None = typer.Option(None, "--slo-tpot-ms", help="Goodput: TPOT limit."),
+    slo_e2e_ms: float | None = typer.Option(
+        None, "--slo-e2e-ms", help="Goodput: E2E latency limit."
+    ),
+    output_json: Path | None = typer.Option(
+        None, "--output-json", help="Write the summary (sglang's key names) here."
+    ),
+    output_details: Path | None = typer.Option(
+        None, "--output-details", help="Write one JSON line per request here."
+    ),
+) -> None:
+    """Benchmark a running sglang server or simulator; print a summary table."""
+    from tuner.bench.command import BenchOptions, bench_command
+
+    slos = {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "e2e_latency_ms": slo_e2e_ms}
+    result = bench_command(
+        BenchOptions(
+            url=url,
+            workload={
+                "kind": workload,
+                "seed": seed,
+                "requests": requests,
+                "input_len": input_len,
+                "output_len": output_len,
+                "range_ratio": range_ratio,
+                "groups": groups,
+                "prompts_per_group": prompts_per_group,
+                "system_prompt_len": system_prompt_len,
+                "question_len": question_len,
+                "conversations": conversations,
+                "turns": turns,
+                "user_len": user_len,
+                "answer_len": answer_len,
+                "file": file,
+            },
+            concurrency=concurrency,
+            request_rate=request_rate,
+            arrival=arrival,
+            warmup_requests=warmup_requests,
+            stages=stages,
+            api=api,
+            api_key=api_key,
+            model=model,
+            request_timeout_s=request_timeout,
+            ignore_eos=ignore_eos,
+            slos={k: v for k, v in slos.items() if v is not None},
+            output_json=output_json,
+            output_details=output_details,
+        )
+    )
+    if result.summary["completed"] == 0:
+        typer.echo("error: no request completed", err=True)
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":

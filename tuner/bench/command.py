@@ -1,0 +1,163 @@
+"""`tuner bench`: options -> BenchConfig, a progress bar while it runs, a summary table, files."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tuner.bench.metrics import LATENCIES, STATISTICS
+from tuner.bench.runner import BenchConfig, BenchResult, run_bench
+from tuner.bench.workload import WorkloadSpec
+from tuner.errors import UserError
+
+
+@dataclass
+class BenchOptions:
+    """What the command line gave; None means "not given" (the workload's default applies)."""
+
+    url: str
+    workload: dict[str, Any]
+    concurrency: int | None
+    request_rate: float | None
+    arrival: str
+    warmup_requests: int
+    stages: int
+    api: str
+    api_key: str | None
+    model: str | None
+    request_timeout_s: float | None
+    ignore_eos: bool
+    slos: dict[str, float]
+    output_json: Path | None
+    output_details: Path | None
+
+
+def bench_command(options: BenchOptions, console: Console | None = None) -> BenchResult:
+    """Run the benchmark the options describe, show it, write the files; return the result."""
+    console = console or Console()
+    spec = WorkloadSpec.from_dict({k: v for k, v in options.workload.items() if v is not None})
+    cfg = BenchConfig(
+        url=options.url,
+        workload=spec,
+        concurrency=options.concurrency,
+        request_rate=options.request_rate,
+        arrival=options.arrival,
+        warmup_requests=options.warmup_requests,
+        stages=options.stages,
+        api=options.api,
+        api_key=options.api_key,
+        model=options.model,
+        request_timeout_s=options.request_timeout_s,
+        ignore_eos=options.ignore_eos,
+        slos=options.slos or None,
+    )
+    for path in (options.output_json, options.output_details):
+        if path is not None and not path.parent.is_dir():
+            raise UserError(f"cannot write {path}: folder {path.parent} does not exist")
+
+    progress = Progress(
+        TextColumn("[bold]bench[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[note]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    with progress:
+        task = progress.add_task("bench", total=spec.num_requests, note="warming up")
+
+        def on_progress(done: int, total: int) -> None:
+            progress.update(task, completed=done)
+
+        def on_stage(stage: int, summary: dict[str, float | int]) -> bool:
+            note = (
+                f"stage {stage + 1}/{cfg.stages}  {summary['output_throughput']:.1f} out tok/s  "
+                f"median TPOT {summary['median_tpot_ms']:.1f} ms"
+            )
+            progress.update(task, note=note)
+            return True
+
+        result = run_bench(cfg, on_stage=on_stage, on_progress=on_progress)
+
+    scale = (
+        "" if result.time_scale == 1.0 else f" (simulator x{result.time_scale:g}, modelled time)"
+    )
+    stopped = (
+        ""
+        if result.stopped_at_stage is None
+        else f", stopped after stage {result.stopped_at_stage + 1}"
+    )
+    console.print(f"[bold]{spec.kind}[/] workload on {cfg.url}{scale}{stopped}")
+    for table in summary_tables(result, cfg):
+        console.print(table)
+    errors = [r.error for r in result.records if r.error]
+    if errors:
+        console.print(f"[yellow]{len(errors)} request(s) failed; first: {errors[0]}[/]")
+    if options.output_json is not None:
+        options.output_json.write_text(json.dumps(result_json(result, cfg), indent=2) + "\n")
+    if options.output_details is not None:
+        with options.output_details.open("w") as handle:
+            for record in result.records:
+                handle.write(json.dumps(record.to_dict()) + "\n")
+    return result
+
+
+def result_json(result: BenchResult, cfg: BenchConfig) -> dict[str, Any]:
+    """The summary with sglang's key names at the top level, then how it was run."""
+    return {
+        **result.summary,
+        "url": cfg.url,
+        "api": cfg.api,
+        "workload": cfg.workload.to_dict(),
+        "max_concurrency": cfg.concurrency,
+        "request_rate": cfg.request_rate,
+        "arrival": cfg.arrival,
+        "warmup_requests": cfg.warmup_requests,
+        "slos": dict(cfg.slos or {}),
+        "time_scale": result.time_scale,
+        "stopped_at_stage": result.stopped_at_stage,
+        "stages": result.stages,
+    }
+
+
+def summary_tables(result: BenchResult, cfg: BenchConfig) -> list[Table]:
+    """Throughputs and counts, then the latency distributions (modelled units)."""
+    s = result.summary
+    totals = Table()
+    totals.add_column("metric")
+    totals.add_column("value", justify="right")
+    rows = [
+        ("requests completed / failed", f"{s['completed']} / {s['failed']}"),
+        ("duration (s)", f"{s['duration']:.2f}"),
+        ("input / output tokens", f"{s['total_input_tokens']} / {s['total_output_tokens']}"),
+        ("request throughput (req/s)", f"{s['request_throughput']:.2f}"),
+        ("input throughput (tok/s)", f"{s['input_throughput']:.1f}"),
+        ("output throughput (tok/s)", f"{s['output_throughput']:.1f}"),
+        ("total throughput (tok/s)", f"{s['total_throughput']:.1f}"),
+        ("concurrency", f"{s['concurrency']:.2f}"),
+        ("cache hit rate", f"{s['cache_hit_rate']:.1%}"),
+    ]
+    if s["accept_length"]:
+        rows.append(("accept length", f"{s['accept_length']:.2f}"))
+    if cfg.slos:
+        rows.append(("goodput (req/s within SLOs)", f"{s['request_goodput']:.2f}"))
+    for name, value in rows:
+        totals.add_row(name, value)
+
+    latencies = Table()
+    latencies.add_column("latency (ms)")
+    for stat in STATISTICS:
+        latencies.add_column(stat, justify="right")
+    labels = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e_latency": "E2E"}
+    for metric in LATENCIES:
+        latencies.add_row(
+            labels[metric], *(f"{s[f'{stat}_{metric}_ms']:.1f}" for stat in STATISTICS)
+        )
+    return [totals, latencies]
