@@ -1,0 +1,343 @@
+"""A study as its readers see it: the contract of tuner/record.py turned into typed records.
+
+The report, the export and `tuner studies` all read trials through `load_records`, so the rules
+for "feasible", "crashed" or "candidate for export" are written once, here, and not re-derived
+from raw user attrs in three places.
+
+Example:
+    >>> meta, trials = load_records(storage, "qwen-mtp")  # doctest: +SKIP
+    >>> [t.number for t in trials if t.category is Category.FEASIBLE]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import optuna
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner import record
+from tuner.errors import UserError
+
+MAXIMIZE = "maximize"
+MINIMIZE = "minimize"
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str  # a key of the trial's METRICS, sglang's benchmark name
+    direction: str  # "maximize" | "minimize"
+
+
+# What a study without the `objectives` attr (made by hand, or by an older tuner) optimized.
+DEFAULT_OBJECTIVES = (
+    Objective("output_throughput", MAXIMIZE),
+    Objective("median_tpot_ms", MINIMIZE),
+)
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "<=": operator.le,
+    "<": operator.lt,
+    ">=": operator.ge,
+    ">": operator.gt,
+}
+_SLO_TEXT = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
+
+
+@dataclass(frozen=True)
+class Slo:
+    """A limit on one benchmark metric, e.g. p99_ttft_ms <= 2000."""
+
+    metric: str
+    op: str
+    limit: float
+
+    @classmethod
+    def parse(cls, text: str) -> Slo:
+        """Parse `'p99_ttft_ms<=2000'` (operators <=, <, >=, >)."""
+        match = _SLO_TEXT.match(text)
+        if match is None:
+            raise UserError(
+                f"--slo {text!r} is not a limit: write METRIC<=NUMBER, e.g. 'p99_ttft_ms<=2000' "
+                "(operators <=, <, >=, >)"
+            )
+        metric, op, number = match.groups()
+        try:
+            limit = float(number)
+        except ValueError:
+            raise UserError(f"--slo {text!r}: {number!r} is not a number") from None
+        return cls(metric, op, limit)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Slo:
+        return cls(str(data["metric"]), str(data.get("op", "<=")), float(data["limit"]))
+
+    def satisfied_by(self, metrics: Mapping[str, Any]) -> bool:
+        """False when the metric is missing or not a number: an unmeasured limit is not met."""
+        value = as_float(metrics.get(self.metric))
+        if value is None:
+            return False
+        return _OPS[self.op](value, self.limit)
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {self.limit:g}"
+
+
+class Category(StrEnum):
+    """How a trial ended, as the report draws it."""
+
+    FEASIBLE = "feasible"  # served the whole benchmark within every constraint
+    SLO_VIOLATED = "slo_violated"  # served the whole benchmark, broke an SLO / constraint
+    PRUNED = "pruned"  # stopped early at a benchmark stage; partial metrics
+    CRASHED = "crashed"  # launch failed or the server died during the benchmark
+    NOT_LAUNCHED = "not_launched"  # rejected by a startup rule or skipped by the predictor
+    ERROR = "error"  # Optuna FAIL: the tuner itself failed (never a server outcome)
+    RUNNING = "running"  # still running, or abandoned by a killed worker
+
+
+@dataclass(frozen=True)
+class StudyMeta:
+    name: str
+    objectives: tuple[Objective, Objective]
+    slos: tuple[Slo, ...]
+    engine: str | None  # "sim" or "sglang"
+    sglang_version: str | None
+    objectives_given: bool = True  # False when DEFAULT_OBJECTIVES had to be assumed
+
+    @property
+    def directions(self) -> tuple[str, str]:
+        return (self.objectives[0].direction, self.objectives[1].direction)
+
+    @property
+    def throughput(self) -> Objective:
+        return self.objectives[0]
+
+    @property
+    def latency(self) -> Objective:
+        return self.objectives[1]
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    number: int
+    state: str  # Optuna's TrialState name
+    outcome: str | None
+    category: Category
+    is_default: bool
+    params: dict[str, Any]  # the tuned parameters Optuna sampled
+    server_args: tuple[str, ...]
+    flags: dict[str, Any]
+    metrics: dict[str, Any]
+    capacity: dict[str, Any]
+    constraints: dict[str, float]
+    failure_class: str | None = None
+    failure_message: str | None = None
+    pruned: dict[str, Any] = field(default_factory=dict)
+    prediction: dict[str, Any] = field(default_factory=dict)
+
+    def metric(self, name: str) -> float | None:
+        return as_float(self.metrics.get(name))
+
+    def objective_values(self, meta: StudyMeta) -> tuple[float, float] | None:
+        """Both objective metrics when measured and finite, else None."""
+        first, second = self.metric(meta.throughput.metric), self.metric(meta.latency.metric)
+        if first is None or second is None:
+            return None
+        return (first, second)
+
+    @property
+    def violated(self) -> list[str]:
+        return sorted(k for k, v in self.constraints.items() if v > 0)
+
+    @property
+    def served_benchmark(self) -> bool:
+        return self.category in (Category.FEASIBLE, Category.SLO_VIOLATED)
+
+    def why(self) -> str:
+        """One line saying how the trial ended, for hover texts and tables."""
+        if self.category is Category.FEASIBLE:
+            return "feasible"
+        if self.category is Category.SLO_VIOLATED:
+            return "violates " + (", ".join(self.violated) or "an SLO")
+        if self.category is Category.PRUNED:
+            stage = self.pruned.get("stage")
+            reason = self.pruned.get("reason") or self.failure_message or "stopped early"
+            return (
+                f"pruned at stage {stage}: {reason}" if stage is not None else f"pruned: {reason}"
+            )
+        detail = self.failure_message or self.prediction.get("reason") or ""
+        label = {
+            Category.CRASHED: self.outcome or "crashed",
+            Category.NOT_LAUNCHED: self.outcome or "not launched",
+            Category.ERROR: "tuner error (FAIL)",
+            Category.RUNNING: "running or abandoned",
+        }[self.category].replace("_", " ")
+        if self.failure_class:
+            label += f" ({self.failure_class})"
+        return f"{label}: {detail}" if detail else label
+
+
+def as_float(value: Any) -> float | None:
+    """A finite float, or None for anything else (missing, text, inf, NaN)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def read_study_meta(study: optuna.Study) -> StudyMeta:
+    attrs = study.user_attrs
+    raw = attrs.get(record.STUDY_OBJECTIVES)
+    objectives_given = bool(raw) and len(raw) == 2
+    if objectives_given:
+        objectives = (
+            Objective(str(raw[0]["metric"]), str(raw[0].get("direction", MAXIMIZE))),
+            Objective(str(raw[1]["metric"]), str(raw[1].get("direction", MINIMIZE))),
+        )
+    else:
+        objectives = DEFAULT_OBJECTIVES
+    slos = tuple(Slo.from_dict(s) for s in attrs.get(record.STUDY_SLOS) or [])
+    return StudyMeta(
+        name=study.study_name,
+        objectives=objectives,
+        slos=slos,
+        engine=attrs.get(record.STUDY_ENGINE),
+        sglang_version=attrs.get(record.STUDY_SGLANG_VERSION),
+        objectives_given=objectives_given,
+    )
+
+
+def classify(
+    state: TrialState,
+    outcome: str | None,
+    constraints: Mapping[str, float],
+    metrics: Mapping[str, Any],
+    meta: StudyMeta,
+) -> Category:
+    """Where a trial goes in the report; the record's outcome wins over Optuna's state."""
+    if state in (TrialState.RUNNING, TrialState.WAITING):
+        return Category.RUNNING
+    if state == TrialState.FAIL:
+        return Category.ERROR
+    if outcome in (record.OUTCOME_LAUNCH_FAILED, record.OUTCOME_BENCH_FAILED):
+        return Category.CRASHED
+    if outcome in (record.OUTCOME_INVALID, record.OUTCOME_SKIPPED):
+        return Category.NOT_LAUNCHED
+    if outcome == record.OUTCOME_PRUNED or (outcome is None and state == TrialState.PRUNED):
+        return Category.PRUNED
+    measured = all(as_float(metrics.get(o.metric)) is not None for o in meta.objectives)
+    if not measured:
+        return Category.CRASHED
+    # Constraints are the sampler's view; the study's SLOs are re-checked against the metrics so
+    # that a trial recorded without constraints is never shown as feasible by mistake.
+    if any(v > 0 for v in constraints.values()) or not all(
+        slo.satisfied_by(metrics) for slo in meta.slos
+    ):
+        return Category.SLO_VIOLATED
+    return Category.FEASIBLE
+
+
+def record_from_trial(trial: FrozenTrial, meta: StudyMeta) -> TrialRecord:
+    attrs = trial.user_attrs
+    metrics = dict(attrs.get(record.METRICS) or {})
+    if not metrics and trial.state == TrialState.COMPLETE and trial.values:
+        # A study written without the tuner's attrs: its values are the objective metrics.
+        metrics = {o.metric: v for o, v in zip(meta.objectives, trial.values, strict=False)}
+    constraints = _merged_constraints(trial.constraints, attrs.get(record.CONSTRAINTS))
+    outcome = attrs.get(record.OUTCOME)
+    return TrialRecord(
+        number=trial.number,
+        state=trial.state.name,
+        outcome=outcome,
+        category=classify(trial.state, outcome, constraints, metrics, meta),
+        is_default=bool(attrs.get(record.IS_DEFAULT, False)),
+        params=dict(trial.params),
+        server_args=tuple(str(a) for a in attrs.get(record.SERVER_ARGS) or ()),
+        flags=dict(attrs.get(record.FLAGS) or {}),
+        metrics=metrics,
+        capacity=dict(attrs.get(record.CAPACITY) or {}),
+        constraints=constraints,
+        failure_class=attrs.get(record.FAILURE_CLASS),
+        failure_message=attrs.get(record.FAILURE_MSG),
+        pruned=dict(attrs.get(record.PRUNED) or {}),
+        prediction=dict(attrs.get(record.PREDICTION) or {}),
+    )
+
+
+def load_records(storage: BaseStorage, study_name: str) -> tuple[StudyMeta, list[TrialRecord]]:
+    study = load_study(storage, study_name)
+    meta = read_study_meta(study)
+    trials = [record_from_trial(t, meta) for t in study.get_trials(deepcopy=False)]
+    return meta, trials
+
+
+def load_study(storage: BaseStorage, study_name: str) -> optuna.Study:
+    try:
+        return optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        raise UserError(f"no study named {study_name!r} in the storage") from None
+
+
+def is_candidate(trial: TrialRecord, meta: StudyMeta, extra_slos: Iterable[Slo] = ()) -> bool:
+    """May this trial be recommended: it served the whole benchmark within every constraint."""
+    if trial.category is not Category.FEASIBLE or trial.objective_values(meta) is None:
+        return False
+    return all(slo.satisfied_by(trial.metrics) for slo in extra_slos)
+
+
+def counts_by_category(trials: Sequence[TrialRecord]) -> dict[Category, int]:
+    counts = dict.fromkeys(Category, 0)
+    for t in trials:
+        counts[t.category] += 1
+    return counts
+
+
+def _merged_constraints(system: Mapping[str, float], mirrored: Any) -> dict[str, float]:
+    # Optuna's system attrs are what samplers saw; the user-attr mirror is what older readers
+    # (and people) see. Take the worse of the two so neither can hide a violation.
+    merged: dict[str, float] = {}
+    for source in (system, mirrored if isinstance(mirrored, Mapping) else {}):
+        for key, value in source.items():
+            number = as_float(value)
+            if number is None:
+                number = math.inf  # an unreadable constraint counts as violated
+            merged[str(key)] = max(merged.get(str(key), -math.inf), number)
+    return merged
+
+
+_LABELS = {
+    "output_throughput": "output tok/s",
+    "total_throughput": "total tok/s",
+    "input_throughput": "input tok/s",
+    "request_throughput": "requests/s",
+    "concurrency": "concurrency",
+}
+_LATENCY_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e_latency": "E2E latency"}
+
+
+def metric_label(metric: str) -> str:
+    """A reader's name for an sglang benchmark field: median_tpot_ms -> 'median TPOT (ms)'."""
+    if metric in _LABELS:
+        return _LABELS[metric]
+    match = re.match(r"^(mean|median|std|p90|p95|p99)_(ttft|tpot|itl|e2e_latency)_ms$", metric)
+    if match:
+        return f"{match.group(1)} {_LATENCY_NAMES[match.group(2)]} (ms)"
+    return metric
+
+
+def metric_unit(metric: str) -> str:
+    if metric.endswith("_ms"):
+        return "ms"
+    if metric.endswith("_throughput") and metric != "request_throughput":
+        return "tok/s"
+    return ""
