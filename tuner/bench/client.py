@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 
 from tuner.bench.payload import API_PATHS, APIS
+from tuner.bench.transport import LeanTransport
 from tuner.errors import UserError
 
 API_KEY_ENV = "SGLANG_API_KEY"
@@ -110,7 +111,6 @@ class BenchClient:
         *,
         api: str = "generate",
         api_key: str | None = None,
-        max_connections: int | None = None,
         request_timeout_s: float | None = None,
         clock: ModelClock | None = None,
     ) -> None:
@@ -125,13 +125,15 @@ class BenchClient:
         self.request_timeout_s = request_timeout_s  # modelled seconds
         key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
+        # Streamed bytes are parsed as they are; a compressed stream would not parse.
+        headers["Accept-Encoding"] = "identity"
         self._http = httpx.AsyncClient(
             base_url=self.url,
             headers=headers,
             timeout=httpx.Timeout(None, connect=_CONNECT_TIMEOUT_S),
-            # httpx caps a pool at 100 connections by default, which would silently cap
-            # the benchmark's concurrency.
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=None),
+            # The lean transport costs a third of httpcore's CPU per streamed chunk (see
+            # transport.py); the runner, not a pool limit, caps the concurrency.
+            transport=LeanTransport(),
             # A benchmark talks straight to the server, never through a proxy from the environment.
             trust_env=False,
         )

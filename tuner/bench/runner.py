@@ -154,7 +154,6 @@ async def run_bench_async(
         cfg.url,
         api=cfg.api,
         api_key=cfg.api_key,
-        max_connections=cfg.concurrency,
         request_timeout_s=cfg.request_timeout_s,
         clock=clock,
     ) as client:
