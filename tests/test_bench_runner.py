@@ -222,6 +222,20 @@ def test_multi_turn_without_output_ids_uses_synthetic_answers():
     assert expected in bodies
 
 
+def test_multi_turn_chat_resends_the_generated_text():
+    spec = WorkloadSpec.from_dict(
+        {"kind": "multi-turn", "conversations": 2, "turns": 2, "system_prompt_len": 8,
+         "user_len": 4, "answer_len": 3}
+    )  # fmt: skip
+    with fake_server(*FAKE) as s:
+        result = run_bench(BenchConfig(url=s.url, workload=spec, api="chat", warmup_requests=0))
+        messages = [r["body"]["messages"] for r in served(s.url)["requests"]]
+    assert result.summary["completed"] == 4
+    second_turns = [m for m in messages if len(m) == 4]
+    assert len(second_turns) == 2
+    assert all(m[2] == {"role": "assistant", "content": " w w w"} for m in second_turns)
+
+
 @pytest.mark.parametrize("arrival", ["constant", "poisson"])
 def test_request_rate_spaces_requests_in_modelled_time(server, arrival):
     rate = 10.0  # modelled requests/s, i.e. 200/s of wall time at scale 20

@@ -187,10 +187,11 @@ class BenchClient:
         expected_output_tokens: int,
         conversation: int | None = None,
         turn: int | None = None,
-        capture_output_ids: bool = False,
-    ) -> tuple[RequestRecord, list[int] | None]:
-        """Send one streaming request; return its record and, when asked and the server sent
-        them, the generated token ids (a multi-turn history resends them)."""
+        capture_output: bool = False,
+    ) -> tuple[RequestRecord, list[int] | str | None]:
+        """Send one streaming request; return its record and, when asked, the answer as the
+        server generated it, for a multi-turn history to resend: token ids from /generate
+        (when the server sends them), text from the chat endpoint, else None."""
         clock = self.clock
         content = json.dumps(body).encode()
         record = RequestRecord(
@@ -200,11 +201,11 @@ class BenchClient:
             conversation=conversation,
             turn=turn,
         )
-        output_ids: list[int] | None = None
+        output: list[int] | str | None = None
         timeout = None if self.request_timeout_s is None else clock.to_wall(self.request_timeout_s)
         try:
             async with asyncio.timeout(timeout):
-                output_ids = await self._stream(content, record, capture_output_ids)
+                output = await self._stream(content, record, capture_output)
         except TimeoutError:
             record.error = f"timeout after {self.request_timeout_s:g} s"
         except httpx.HTTPError as exc:
@@ -212,11 +213,11 @@ class BenchClient:
         except ValueError as exc:  # a chunk that is not JSON
             record.error = f"bad chunk from server: {exc}"
         record.end_s = clock.now()
-        return record, output_ids
+        return record, output
 
     async def _stream(
-        self, content: bytes, record: RequestRecord, capture_output_ids: bool
-    ) -> list[int] | None:
+        self, content: bytes, record: RequestRecord, capture_output: bool
+    ) -> list[int] | str | None:
         clock = self.clock
         start = record.start_s
         generate = self.api == "generate"
@@ -226,6 +227,8 @@ class BenchClient:
         tokens_so_far = 0
         last: dict[str, Any] | None = None  # meta_info or usage with the latest totals
         ids_chunks: list[list[int]] = []
+        capture_text = capture_output and self.api == "chat"
+        texts: list[str] = []
         done = False
         buffer = b""
         async with self._http.stream(
@@ -260,7 +263,7 @@ class BenchClient:
                             return None
                         last = meta
                         new = meta.get("completion_tokens", 0) - tokens_so_far
-                        if capture_output_ids and "output_ids" in event:
+                        if capture_output and "output_ids" in event:
                             ids_chunks.append(event["output_ids"])
                     else:
                         if "error" in event:
@@ -270,7 +273,10 @@ class BenchClient:
                         if usage:
                             last = usage
                         choices = event.get("choices")
-                        if choices and _delta_text(choices[0]):
+                        text = _delta_text(choices[0]) if choices else None
+                        if text:
+                            if capture_text:
+                                texts.append(text)
                             # Without per-chunk usage, a chunk counts as one token; the total
                             # still comes from the final usage chunk.
                             new = 1
@@ -285,7 +291,9 @@ class BenchClient:
         if chunk_times:
             record.ttft_s = chunk_times[0]
         self._fill_totals(record, last, tokens_so_far)
-        if not capture_output_ids or not ids_chunks:
+        if capture_text:
+            return "".join(texts) if texts and record.error is None else None
+        if not capture_output or not ids_chunks or record.error is not None:
             return None
         # sglang streams output_ids cumulatively by default, incrementally when told to.
         if len(ids_chunks[-1]) == record.output_tokens:

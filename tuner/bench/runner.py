@@ -279,13 +279,13 @@ class _Run:
                 ignore_eos=self.cfg.ignore_eos,
                 model=self.model,
             )
-            record, output_ids = await self.client.send(
+            record, output = await self.client.send(
                 index,
                 body,
                 expected_output_tokens=turn.output_len,
                 conversation=conv_index if len(conversation.turns) > 1 else None,
                 turn=turn_index if len(conversation.turns) > 1 else None,
-                capture_output_ids=has_next,
+                capture_output=has_next,
             )
         finally:
             if self.slots is not None:
@@ -295,7 +295,7 @@ class _Run:
         if has_next:
             # The server's own answer keeps the history a prefix of what it has cached; the
             # synthetic answer of the same length stands in when it does not send its ids.
-            answer = output_ids if output_ids is not None else turn.synthetic_answer
+            answer = output if output is not None else turn.synthetic_answer
             self.histories[conv_index] = [*history, ("assistant", answer)]
             self.ready.append((conv_index, turn_index + 1))
             self.ready_event.set()
