@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from optuna.storages import BaseStorage
@@ -35,6 +35,9 @@ from tuner.study_records import (
     is_candidate,
     load_records,
 )
+
+if TYPE_CHECKING:
+    from tuner.engines.snapshot import ParserSnapshot
 
 LAUNCH_MODULE = "sglang.launch_server"
 DEFAULT_HOST = "127.0.0.1"
@@ -182,38 +185,51 @@ def _is_value(token: str) -> bool:
     return not token.startswith("--")
 
 
-def argv_to_config(argv: Sequence[str]) -> dict[str, Any]:
-    """Flags -> the mapping sglang's `--config` YAML holds (flag name -> typed value).
+@dataclass(frozen=True)
+class ConfigFile:
+    """What goes into sglang's `--config` YAML, and what cannot."""
 
-    A flag without a value becomes `true` (store_true), one value becomes an int, float or
-    string, several values a list. Strings such as "true" stay strings: sglang turns a YAML
-    boolean into a bare flag, which would change a valued flag's meaning.
+    values: dict[str, Any]  # flag name (its long spelling without dashes) -> typed value
+    cli_only: tuple[
+        str, ...
+    ] = ()  # flags a config file cannot carry: pass them on the command line
+
+
+def argv_to_config(argv: Sequence[str], snapshot: ParserSnapshot | None = None) -> ConfigFile:
+    """Flags -> the mapping sglang's `--config` YAML holds.
+
+    sglang turns each key back into `--key` and its value into text; a YAML boolean becomes a
+    bare flag only for store_true options, and options of other kinds (`--x/--no-x` pairs,
+    custom actions) are refused in a config file. With the version's parser `snapshot` the keys
+    are sglang's own spellings, values get the option's type and refused kinds go to `cli_only`;
+    without it a bare flag becomes `true` and numbers-looking values become numbers.
     """
-    config: dict[str, Any] = {}
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        if not token.startswith("--"):
-            raise UserError(f"server args: {token!r} is not a flag (in {shlex.join(argv)})")
-        if "=" in token:
-            name, value = token[2:].split("=", 1)
-            config[name] = _typed(value)
-            i += 1
+    values: dict[str, Any] = {}
+    cli_only: list[str] = []
+    for flag, texts in _flag_values(argv):
+        option = snapshot.option(flag) if snapshot is not None else None
+        if option is None:
+            key = flag[2:]
+            values[key] = True if not texts else _guess(texts)
             continue
-        values = []
-        i += 1
-        while i < len(argv) and _is_value(argv[i]):
-            values.append(_typed(argv[i]))
-            i += 1
-        name = token[2:]
-        config[name] = True if not values else values[0] if len(values) == 1 else values
-    return config
+        key = _spelling(option)[2:]
+        if option.kind == "store_true" and not texts:
+            values[key] = True
+        elif option.kind == "store" and texts:
+            typed = [_as_type(t, option.type) for t in texts]
+            many = option.nargs in ("*", "+") or (
+                isinstance(option.nargs, int) and option.nargs > 1
+            )
+            values[key] = typed if many else typed[0]
+        else:
+            cli_only += [flag, *texts]
+    return ConfigFile(values, tuple(cli_only))
 
 
-def config_to_argv(config: dict[str, Any]) -> list[str]:
-    """What sglang makes of a `--config` mapping (booleans are bare flags, lists are nargs)."""
+def config_to_argv(config: ConfigFile) -> list[str]:
+    """What sglang rebuilds from the config file, followed by the command-line-only flags."""
     argv: list[str] = []
-    for name, value in config.items():
+    for name, value in config.values.items():
         if value is True:
             argv.append(f"--{name}")
         elif value is False or value is None:
@@ -222,7 +238,39 @@ def config_to_argv(config: dict[str, Any]) -> list[str]:
             argv += [f"--{name}", *(str(v) for v in value)]
         else:
             argv += [f"--{name}", str(value)]
-    return argv
+    return argv + list(config.cli_only)
+
+
+def _flag_values(argv: Sequence[str]) -> list[tuple[str, list[str]]]:
+    pairs: list[tuple[str, list[str]]] = []
+    for token in argv:
+        if token.startswith("--"):
+            flag, eq, value = token.partition("=")
+            pairs.append((flag, [value] if eq else []))
+        elif pairs:
+            pairs[-1][1].append(token)
+        else:
+            raise UserError(f"server args: {token!r} is not a flag (in {shlex.join(argv)})")
+    # argparse keeps the last of a repeated store flag; so does the config (dict order: first).
+    return pairs
+
+
+def _spelling(option: Any) -> str:
+    # sglang's own name for an option is its first long flag; aliases come after it.
+    return next((f for f in option.flags if f.startswith("--")), option.flags[0])
+
+
+def _as_type(text: str, type_name: str | None) -> int | float | str:
+    if type_name == "int" and _INT.match(text):
+        return int(text)
+    if type_name == "float" and _FLOAT.match(text):
+        return float(text)
+    return text  # str, and converters sglang applies itself (JSON, "200k" sizes, ...)
+
+
+def _guess(texts: list[str]) -> Any:
+    typed = [_typed(t) for t in texts]
+    return typed[0] if len(typed) == 1 else typed
 
 
 def _typed(value: str) -> int | float | str:
@@ -238,8 +286,15 @@ def _comment(text: str) -> str:
     return re.sub(r"[\r\n\x00-\x1f]+", " ", text)
 
 
-def _summary_lines(trial: TrialRecord, meta: StudyMeta, picked_by: str) -> list[str]:
+def how_chosen(picked_by: str, slos: Sequence[Slo] = ()) -> str:
+    """'picked by --pick knee with --slo p99_ttft_ms <= 1700', for the files' headers."""
     how = f"picked by --pick {picked_by}" if picked_by != "trial" else "chosen with --trial"
+    if slos:
+        how += " with --slo " + ", ".join(str(s) for s in slos)
+    return how
+
+
+def _summary_lines(trial: TrialRecord, meta: StudyMeta, how: str) -> list[str]:
     lines = [f"study {meta.name}, trial {trial.number} ({how})"]
     shown = [
         ("output_throughput", "output tok/s", "{:.1f}"),
@@ -268,11 +323,9 @@ def _summary_lines(trial: TrialRecord, meta: StudyMeta, picked_by: str) -> list[
 _CAPACITY_KEYS = ("max_running_requests", "max_total_num_tokens")
 
 
-def render_launch_script(
-    argv: Sequence[str], trial: TrialRecord, meta: StudyMeta, picked_by: str
-) -> str:
+def render_launch_script(argv: Sequence[str], trial: TrialRecord, meta: StudyMeta, how: str) -> str:
     """A bash script that execs the server with `argv`; host, port and key from the environment."""
-    header = "\n".join(f"#   {line}" for line in _summary_lines(trial, meta, picked_by))
+    header = "\n".join(f"#   {line}" for line in _summary_lines(trial, meta, how))
     flags = "\n".join(f"    {_shell_args(group)}" for group in _flag_groups(argv))
     version_check = ""
     if meta.sglang_version:
@@ -316,15 +369,22 @@ exec "$python" -m "$module" "${{args[@]}}" "$@"
 
 
 def render_config_yaml(
-    argv: Sequence[str], trial: TrialRecord, meta: StudyMeta, picked_by: str, script_name: str
+    config: ConfigFile, trial: TrialRecord, meta: StudyMeta, how: str, script_name: str
 ) -> str:
-    header = "\n".join(f"# {line}" for line in _summary_lines(trial, meta, picked_by))
-    body = yaml.safe_dump(argv_to_config(argv), sort_keys=False, default_flow_style=False)
+    header = "\n".join(f"# {line}" for line in _summary_lines(trial, meta, how))
+    body = yaml.safe_dump(config.values, sort_keys=False, default_flow_style=False)
+    extra = ""
+    if config.cli_only:
+        extra = " " + shlex.join(config.cli_only)
+        header += (
+            "\n# sglang refuses these flags in a config file; give them on the command line:"
+            f"\n#   {shlex.join(config.cli_only)}"
+        )
     return (
         f"# sglang --config file exported by sglang-tuner (same flags as {script_name}).\n"
         f"{header}\n"
         f"# Use: python3 -m {LAUNCH_MODULE} --config THIS_FILE --host {DEFAULT_HOST} "
-        f"--port {DEFAULT_PORT} [--api-key ...]\n"
+        f"--port {DEFAULT_PORT}{extra}\n"
         f"{body}"
     )
 
@@ -347,22 +407,25 @@ def _shell_args(tokens: Sequence[str]) -> str:
 # -- validation and writing (I/O) ----------------------------------------------------------
 
 
-def validate_argv(argv: Sequence[str], version: str | None) -> str | None:
-    """Check `argv` against sglang's parser snapshot for `version`.
-
-    Returns None when it was checked, or why it could not be checked. An argv the snapshot
-    rejects raises UserError: a script that sglang would refuse must not be written.
-    """
+def parser_snapshot(version: str | None) -> tuple[ParserSnapshot | None, str | None]:
+    """sglang's parser snapshot for `version`, or None and why there is none."""
     if not version:
-        return "not validated: the study does not record its sglang version"
+        return None, "not validated: the study does not record its sglang version"
     try:
-        from tuner.engines.sglang import validate_server_args
+        from tuner.engines.sglang import load_snapshot
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("tuner.engines"):
-            return "not validated: tuner.engines.sglang is not available"
+            return None, "not validated: tuner.engines.sglang is not available"
         raise
+    return load_snapshot(version), None  # UserError, naming the known versions, when absent
+
+
+def validate_argv(argv: Sequence[str], version: str) -> None:
+    """UserError when sglang `version` would reject `argv` (a complete launch command line):
+    a script that sglang would refuse must not be written."""
+    from tuner.engines.sglang import validate_server_args
+
     validate_server_args(list(argv), version)
-    return None
 
 
 def safe_file_stem(study_name: str) -> str:
@@ -387,20 +450,23 @@ def export_trial(
     picked_by = "trial" if trial is not None else (pick_rule or Pick.KNEE).value
 
     argv = sglang_server_args(chosen.server_args)
-    not_checked = validate_argv(argv, meta.sglang_version)
-    if not_checked is None:
-        # What sglang rebuilds from the YAML file must parse too.
-        validate_argv(config_to_argv(argv_to_config(argv)), meta.sglang_version)
-    else:
+    snapshot, not_checked = parser_snapshot(meta.sglang_version)
+    config_file = argv_to_config(argv, snapshot)
+    if snapshot is not None:
+        validate_argv(argv, snapshot.version)
+        # What sglang rebuilds from the YAML file (plus the command-line-only flags) too.
+        validate_argv(config_to_argv(config_file), snapshot.version)
+    if not_checked:
         warnings.append(not_checked)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"launch_{safe_file_stem(study_name)}_trial{chosen.number}"
     script = out_dir / f"{stem}.sh"
     config = out_dir / f"{stem}.yaml"
-    script.write_text(render_launch_script(argv, chosen, meta, picked_by))
+    how = how_chosen(picked_by, parsed)
+    script.write_text(render_launch_script(argv, chosen, meta, how))
     script.chmod(0o755)
-    config.write_text(render_config_yaml(argv, chosen, meta, picked_by, script.name))
+    config.write_text(render_config_yaml(config_file, chosen, meta, how, script.name))
     return ExportResult(
         study_name=study_name,
         trial_number=chosen.number,
@@ -408,7 +474,7 @@ def export_trial(
         script=script,
         config=config,
         argv=tuple(argv),
-        validated_for=meta.sglang_version if not_checked is None else None,
+        validated_for=snapshot.version if snapshot is not None else None,
         warnings=tuple(warnings),
     )
 

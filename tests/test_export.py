@@ -1,0 +1,260 @@
+"""tuner export: pick rules, SLO filters, the script and the YAML it writes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import optuna
+import pytest
+import yaml
+from fixture_studies import SPECS, build_study, server_args, sqlite_study
+
+from tuner.errors import UserError
+from tuner.export import (
+    ConfigFile,
+    Pick,
+    argv_to_config,
+    config_to_argv,
+    export_trial,
+    sglang_server_args,
+)
+from tuner.storage import open_storage
+from tuner.study_records import load_records
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+HAVE_ENGINE = importlib.util.find_spec("tuner.engines.sglang") is not None
+needs_engine = pytest.mark.skipif(
+    not HAVE_ENGINE, reason="tuner/engines/sglang.py (validate_server_args) is not there yet"
+)
+
+
+@pytest.fixture(scope="module")
+def studies(tmp_path_factory):
+    path = tmp_path_factory.mktemp("studies")
+    sqlite_study(path, "qwen-mtp")
+    return path
+
+
+@pytest.fixture(scope="module")
+def storage(studies):
+    return open_storage(None, "qwen-mtp", studies)
+
+
+@pytest.mark.parametrize(
+    ("pick", "expected"),
+    [(Pick.MAX_THROUGHPUT, 2), (Pick.MIN_LATENCY, 5), (Pick.KNEE, 12)],
+)
+def test_each_pick_rule(storage, tmp_path, pick, expected):
+    result = export_trial(storage, "qwen-mtp", pick=pick, out_dir=tmp_path)
+    assert result.trial_number == expected
+    assert result.script.name == f"launch_qwen-mtp_trial{expected}.sh"
+    assert result.config.name == f"launch_qwen-mtp_trial{expected}.yaml"
+    assert result.warnings == ()
+
+
+def test_knee_is_the_default_pick(storage, tmp_path):
+    assert export_trial(storage, "qwen-mtp", out_dir=tmp_path).trial_number == 12
+
+
+def test_slo_filter_narrows_the_candidates(storage, tmp_path):
+    result = export_trial(
+        storage, "qwen-mtp", pick="max-throughput", slos=["p99_ttft_ms<=1700"], out_dir=tmp_path
+    )
+    assert result.trial_number == 12  # 2 (1800 ms) and 5 (1900 ms) are filtered out
+    assert "with --slo p99_ttft_ms <= 1700" in result.script.read_text()
+    result = export_trial(
+        storage, "qwen-mtp", pick="min-latency", slos=["output_throughput>=360"], out_dir=tmp_path
+    )
+    assert result.trial_number == 12
+
+
+def test_impossible_slo_and_unknown_metric_are_clear_errors(storage, tmp_path):
+    with pytest.raises(UserError, match="no trial of study 'qwen-mtp' served the whole"):
+        export_trial(storage, "qwen-mtp", slos=["p99_ttft_ms<=10"], out_dir=tmp_path)
+    with pytest.raises(UserError, match="no trial measured 'p99_ttft'"):
+        export_trial(storage, "qwen-mtp", slos=["p99_ttft<=10"], out_dir=tmp_path)
+
+
+def test_only_trials_that_served_the_benchmark_within_constraints_are_candidates(storage):
+    meta, trials = load_records(storage, "qwen-mtp")
+    from tuner.export import candidates
+
+    assert sorted(t.number for t in candidates(trials, meta)) == [0, 2, 3, 5, 12, 13, 14]
+
+
+def test_explicit_trial_warns_when_not_recommended(storage, tmp_path):
+    result = export_trial(storage, "qwen-mtp", trial=1, out_dir=tmp_path)
+    assert result.trial_number == 1 and result.picked_by == "trial"
+    assert any("violates slo:p99_ttft_ms" in w for w in result.warnings)
+    with pytest.raises(UserError, match="give either --trial N or --pick"):
+        export_trial(storage, "qwen-mtp", trial=1, pick="knee", out_dir=tmp_path)
+    with pytest.raises(UserError, match="has no trial 99"):
+        export_trial(storage, "qwen-mtp", trial=99, out_dir=tmp_path)
+    with pytest.raises(UserError, match="recorded no server args"):
+        export_trial(storage, "qwen-mtp", trial=15, out_dir=tmp_path)  # the FAIL trial
+
+
+def test_script_holds_no_secret_and_no_simulator_flag(storage, tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLANG_API_KEY", "sk-do-not-write-me")
+    result = export_trial(storage, "qwen-mtp", pick="knee", out_dir=tmp_path)
+    for path in (result.script, result.config):
+        text = path.read_text()
+        assert "sk-do-not-write-me" not in text
+        assert "--sim-" not in text and "sim-time-scale" not in text
+    assert "--sim-time-scale" in server_args(SPECS[12].params)  # recorded, then dropped
+    assert result.script.stat().st_mode & stat.S_IXUSR
+    script = result.script.read_text()
+    assert script.startswith("#!/usr/bin/env bash\n")
+    assert 'exec "$python" -m "$module" "${args[@]}" "$@"' in script
+
+
+def _fake_server(tmp_path):
+    # Stands in for sglang.launch_server: prints the argv it was given, as JSON.
+    (tmp_path / "fake_launch.py").write_text("import json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    return {
+        **os.environ,
+        "PYTHONPATH": str(tmp_path),
+        "SGLANG_PYTHON": sys.executable,
+        "SGLANG_LAUNCH_MODULE": "fake_launch",
+    }
+
+
+def test_script_passes_exactly_the_trial_flags_and_the_environment(storage, tmp_path):
+    result = export_trial(storage, "qwen-mtp", pick="knee", out_dir=tmp_path / "out")
+    env = _fake_server(tmp_path)
+    for key in ("SGLANG_HOST", "SGLANG_PORT", "SGLANG_API_KEY"):
+        env.pop(key, None)
+    out = subprocess.run([str(result.script)], env=env, capture_output=True, text=True, check=True)
+    argv = json.loads(out.stdout)
+    assert argv == [*result.argv, "--host", "127.0.0.1", "--port", "30000"]
+
+    env.update(SGLANG_HOST="0.0.0.0", SGLANG_PORT="31001", SGLANG_API_KEY="k'e y$x")
+    out = subprocess.run(
+        [str(result.script), "--log-level", "debug"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    argv = json.loads(out.stdout)
+    assert argv == [
+        *result.argv,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "31001",
+        "--api-key",
+        "k'e y$x",
+        "--log-level",
+        "debug",
+    ]
+
+
+def test_awkward_values_are_quoted_safely(tmp_path):
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    study = build_study(url, "q", only=[0])
+    odd = ["--model-path", "/models/it's $HOME; rm -rf x", "--served-model-name", "a b"]
+    trial = optuna.trial.create_trial(
+        values=[1.0, 1.0],
+        params={},
+        distributions={},
+        user_attrs={**study.trials[0].user_attrs, "server_args": odd},
+        constraints={"launch": 0.0},
+    )
+    study.add_trial(trial)
+    result = export_trial(open_storage(url, "q", tmp_path), "q", trial=1, out_dir=tmp_path)
+    out = subprocess.run(
+        [str(result.script)], env=_fake_server(tmp_path), capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout)[:4] == odd
+
+
+def test_config_yaml_types_values_like_sglang_expects(storage, tmp_path):
+    result = export_trial(storage, "qwen-mtp", pick="knee", out_dir=tmp_path)
+    config = yaml.safe_load(result.config.read_text())
+    assert config["model-path"] == "Qwen/Qwen3.6-27B"
+    assert config["mem-fraction-static"] == 0.86
+    assert config["max-running-requests"] == 12
+    assert config["speculative-algorithm"] == "NEXTN"
+    assert config["enable-hierarchical-cache"] is True
+    assert "host" not in config and "port" not in config and "api-key" not in config
+
+
+def test_argv_to_config_without_a_snapshot_guesses_types():
+    config = argv_to_config(
+        ["--model-path", "m", "--chunked-prefill-size", "-1", "--x", "0.5", "--flag", "--l=a"]
+    )
+    assert config.values == {
+        "model-path": "m",
+        "chunked-prefill-size": -1,
+        "x": 0.5,
+        "flag": True,
+        "l": "a",
+    }
+    assert config_to_argv(config)[:4] == ["--model-path", "m", "--chunked-prefill-size", "-1"]
+
+
+def test_sim_flags_and_runtime_flags_are_dropped():
+    argv = ["--model-path", "m", "--sim-profile", "p", "--sim-fast", "--port", "1", "--host=h"]
+    argv += ["--api-key", "secret", "--sim-time-scale=0.1", "--max-running-requests", "4"]
+    assert sglang_server_args(argv) == ["--model-path", "m", "--max-running-requests", "4"]
+
+
+@needs_engine
+def test_config_keeps_switch_pairs_on_the_command_line():
+    from tuner.engines.sglang import load_snapshot
+
+    snapshot = load_snapshot("0.5.23")
+    pair = next(o for o in snapshot.options if o.kind == "boolean_optional")
+    negative = next(f for f in pair.flags if f.startswith("--no-"))
+    argv = ["--model-path", "m", negative, "--enable-hicache", "--tp-size", "2"]
+    config = argv_to_config(argv, snapshot)
+    # The alias is written as sglang's own name, which its config loader maps to the switch.
+    assert config.values == {"model-path": "m", "enable-hierarchical-cache": True, "tp-size": 2}
+    assert config.cli_only == (negative,)
+    assert isinstance(config, ConfigFile)
+
+
+@needs_engine
+def test_every_exported_argv_is_valid_for_the_study_version(storage, tmp_path):
+    """Every trial with server args, exported, parses with the committed 0.5.23 snapshot,
+    both as the script's argv and as rebuilt from the YAML file."""
+    from tuner.engines.sglang import validate_server_args
+
+    meta, trials = load_records(storage, "qwen-mtp")
+    exported = 0
+    for trial in trials:
+        if not trial.server_args:
+            continue
+        result = export_trial(storage, "qwen-mtp", trial=trial.number, out_dir=tmp_path)
+        assert result.validated_for == meta.sglang_version == "0.5.23"
+        validate_server_args(list(result.argv), meta.sglang_version)
+        config = yaml.safe_load(result.config.read_text())
+        validate_server_args(config_to_argv(ConfigFile(config)), meta.sglang_version)
+        exported += 1
+    assert exported == 15
+
+
+@needs_engine
+def test_an_argv_the_version_rejects_is_not_written(tmp_path):
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    study = build_study(url, "old", only=[0])
+    study.set_user_attr("sglang_version", "0.5.23")
+    bad = ["--model-path", "m", "--cuda-graph-max-bs", "8"]  # renamed in 0.5.23
+    study.add_trial(
+        optuna.trial.create_trial(
+            values=[1.0, 1.0],
+            params={},
+            distributions={},
+            user_attrs={**study.trials[0].user_attrs, "server_args": bad},
+            constraints={"launch": 0.0},
+        )
+    )
+    with pytest.raises(UserError, match="reject"):
+        export_trial(open_storage(url, "old", tmp_path), "old", trial=1, out_dir=tmp_path / "o")
+    assert not (tmp_path / "o" / "launch_old_trial1.sh").exists()
