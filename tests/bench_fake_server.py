@@ -38,6 +38,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--disconnect-every", type=int, default=0, help="every Nth drops mid-stream")
     p.add_argument("--old-info-only", action="store_true", help="only /get_server_info")
     p.add_argument("--no-info", action="store_true", help="neither info endpoint")
+    p.add_argument("--loading", action="store_true", help="info endpoints answer 503")
     p.add_argument("--api-key", default=None)
     p.add_argument("--no-output-ids", action="store_true")
     return p.parse_args(argv)
@@ -73,6 +74,8 @@ def serve(args: argparse.Namespace) -> None:
         return await handler(request)
 
     async def info(request):
+        if args.loading:
+            return web.json_response({"error": "loading"}, status=503)
         body = {"served_model_name": "fake-model", "version": "fake"}
         if args.time_scale is not None:
             body["sim_time_scale"] = args.time_scale

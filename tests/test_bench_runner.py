@@ -73,6 +73,11 @@ def test_unreachable_server_is_a_clear_user_error():
         run_bench(BenchConfig(url=url, workload=random_spec(2)))
 
 
+def test_server_still_loading_is_a_clear_user_error():
+    with fake_server("--loading") as s, pytest.raises(UserError, match=r"not ready.*HTTP 503"):
+        run_bench(BenchConfig(url=s.url, workload=random_spec(2)))
+
+
 def test_api_key_from_the_environment(monkeypatch):
     with fake_server(*FAKE, "--api-key", "s3cret") as s:
         monkeypatch.delenv("SGLANG_API_KEY", raising=False)

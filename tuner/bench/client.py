@@ -165,6 +165,12 @@ class BenchClient:
                     f"the server at {self.url} refused us (HTTP {response.status_code}); "
                     f"set {API_KEY_ENV} to the key it was started with"
                 )
+            if response.status_code >= 500:
+                # A server still loading answers 503; its time scale is not known yet.
+                raise UserError(
+                    f"the server at {self.url} is not ready: {path} answered HTTP "
+                    f"{response.status_code}"
+                )
             if response.status_code == 200:
                 try:
                     info = response.json()
