@@ -145,16 +145,19 @@ class WorkloadSpec:
                     f"workload key {key!r} does not apply to kind {kind!r}; "
                     f"allowed: {', '.join(allowed)}"
                 )
-        spec = cls(**values)
-        spec._validate()
-        return spec
+        return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
         """The keys that apply to this kind, with their values (round-trips through from_dict)."""
         keys = _COMMON_KEYS + _KIND_KEYS[self.kind]
         return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
 
-    def _validate(self) -> None:
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise UserError(
+                f"workload kind {self.kind!r} is not known; allowed: {', '.join(KINDS)}"
+            )
+
         def positive_int(key: str, minimum: int = 1) -> None:
             value = getattr(self, key)
             if value is None:
