@@ -171,5 +171,129 @@ def bench(
         raise typer.Exit(1)
 
 
+# -- reading a study: report, export, dashboard, studies (tuner/report.py, export.py, ...) --
+
+_STUDY_HELP = "Study name (default: the only or most recently written study in --studies-dir)."
+_STORAGE_HELP = "Optuna storage URL, journal file or SQLite file (default: studies/<study>.db)."
+_STUDIES_DIR_HELP = "Where studies live."
+
+
+@app.command("report")
+def report_command(
+    study: str | None = typer.Option(None, "--study", help=_STUDY_HELP),
+    storage: str | None = typer.Option(None, "--storage", help=_STORAGE_HELP),
+    out: Path | None = typer.Option(
+        None, "--out", help="HTML file to write (default: studies/<study>/report.html)."
+    ),
+    png: bool = typer.Option(
+        False, "--png", help="Also write pareto.png beside it (kaleido and Chromium)."
+    ),
+    studies_dir: Path = typer.Option(Path("studies"), "--studies-dir", help=_STUDIES_DIR_HELP),
+) -> None:
+    """Write the study's offline HTML report: Pareto front, history, importance, verdict."""
+    from tuner.report import PNG_FILE, write_report
+    from tuner.storage import locate_study
+
+    location, note = locate_study(storage, study, studies_dir)
+    if note:
+        typer.echo(note, err=True)
+    path = write_report(location.storage, location.study_name, out, png, studies_dir=studies_dir)
+    typer.echo(f"report: {path}")
+    if png:
+        typer.echo(f"pareto: {path.parent / PNG_FILE}")
+
+
+@app.command("export")
+def export_command(
+    study: str | None = typer.Option(None, "--study", help=_STUDY_HELP),
+    storage: str | None = typer.Option(None, "--storage", help=_STORAGE_HELP),
+    trial: int | None = typer.Option(None, "--trial", help="Export this trial number."),
+    pick: str | None = typer.Option(
+        None, "--pick", help="max-throughput, min-latency or knee (default: knee)."
+    ),
+    slo: list[str] | None = typer.Option(
+        None, "--slo", help="Extra limit on candidates, repeatable: --slo 'p99_ttft_ms<=2000'."
+    ),
+    out_dir: Path = typer.Option(Path("."), "--out-dir", help="Where to write the files."),
+    studies_dir: Path = typer.Option(Path("studies"), "--studies-dir", help=_STUDIES_DIR_HELP),
+) -> None:
+    """Write launch_<study>_trial<N>.sh and .yaml (sglang --config) for one trial."""
+    from tuner.export import Pick, export_trial
+    from tuner.storage import locate_study
+
+    if pick is not None and pick not in {p.value for p in Pick}:
+        fail(f"--pick {pick!r}: choose one of {', '.join(p.value for p in Pick)}")
+    location, note = locate_study(storage, study, studies_dir)
+    if note:
+        typer.echo(note, err=True)
+    result = export_trial(
+        location.storage,
+        location.study_name,
+        trial=trial,
+        pick=pick,
+        slos=slo or (),
+        out_dir=out_dir,
+    )
+    for warning in result.warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    how = "--trial" if result.picked_by == "trial" else f"--pick {result.picked_by}"
+    typer.echo(f"trial {result.trial_number} of {result.study_name} ({how})")
+    typer.echo(f"script: {result.script}")
+    typer.echo(f"config: {result.config}")
+    runnable = result.script if result.script.parent != Path() else f"./{result.script}"
+    typer.echo(f"run it: SGLANG_PORT=30000 {runnable}  (also SGLANG_HOST, SGLANG_API_KEY)")
+
+
+@app.command("dashboard")
+def dashboard_command(
+    study: str | None = typer.Option(None, "--study", help=_STUDY_HELP),
+    storage: str | None = typer.Option(None, "--storage", help=_STORAGE_HELP),
+    port: int = typer.Option(8080, "--port", help="Port on 127.0.0.1."),
+    studies_dir: Path = typer.Option(Path("studies"), "--studies-dir", help=_STUDIES_DIR_HELP),
+) -> None:
+    """Serve optuna-dashboard on the study's storage (127.0.0.1 only) until Ctrl-C."""
+    import signal
+
+    from tuner.dashboard import DashboardAddress, serve_dashboard
+    from tuner.storage import locate_study, open_existing_storage
+
+    if storage is not None and study is None:
+        opened, name = open_existing_storage(storage, studies_dir), None  # all its studies
+    else:
+        location, note = locate_study(storage, study, studies_dir)
+        if note:
+            typer.echo(note, err=True)
+        opened, name = location.storage, location.study_name
+
+    def ready(address: DashboardAddress) -> None:
+        typer.echo(f"optuna-dashboard: {address.study_url or address.url}")
+        typer.echo(
+            "Feasibility: trust `tuner report`, not the dashboard (it ignores the tuner's "
+            "constraints). Ctrl-C stops."
+        )
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)  # `kill` stops as cleanly as Ctrl-C
+    try:
+        serve_dashboard(opened, port=port, study_name=name, on_ready=ready)
+    except KeyboardInterrupt:
+        typer.echo("dashboard stopped")
+
+
+@app.command("studies")
+def studies_command(
+    storage: str | None = typer.Option(
+        None, "--storage", help="List this storage instead of the files in --studies-dir."
+    ),
+    studies_dir: Path = typer.Option(Path("studies"), "--studies-dir", help=_STUDIES_DIR_HELP),
+) -> None:
+    """List studies with trial counts by state and their best points within the SLOs."""
+    from tuner.catalog import format_listing, list_studies
+
+    typer.echo(format_listing(list_studies(storage, studies_dir)))
+
+
 if __name__ == "__main__":
     main()

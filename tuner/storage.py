@@ -70,6 +70,11 @@ def open_storage(
     return opened
 
 
+def open_existing_storage(storage: str, studies_dir: Path = DEFAULT_STUDIES_DIR) -> BaseStorage:
+    """Open a `--storage` value that must already exist, whatever studies it holds."""
+    return _open(storage, "", studies_dir, must_exist=True)
+
+
 def locate_study(
     storage: str | None,
     study_name: str | None,
@@ -88,7 +93,7 @@ def locate_study(
         ), None
 
     if storage is not None:
-        opened = _open(storage, "", studies_dir, must_exist=True)
+        opened = open_existing_storage(storage, studies_dir)
         names = _study_names(opened)
         if len(names) == 1:
             return StudyLocation(names[0], opened, describe_storage(storage, "", studies_dir)), None
@@ -260,6 +265,7 @@ __all__ = [
     "StudyLocation",
     "describe_storage",
     "locate_study",
+    "open_existing_storage",
     "open_storage",
     "storage_for_file",
     "study_files",
