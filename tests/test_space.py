@@ -21,9 +21,11 @@ from tuner.space import (
     suggest_flags,
 )
 
+# Params must be real sglang flags (the space is checked against the parser snapshot), so the
+# tests use a few with simple types: a categorical, two ints and a float.
 MINIMAL: dict[str, Any] = {
     "model_path": "org/model",
-    "params": {"a": {"choices": ["x", "y"]}},
+    "params": {"schedule_policy": {"choices": ["fcfs", "lpm"]}},
     "workload": {"kind": "random"},
 }
 
@@ -139,8 +141,8 @@ def test_unknown_top_level_key_lists_allowed_keys(tmp_path: Path):
 
 
 def test_unknown_param_key_names_the_path(tmp_path: Path):
-    message = error_for(tmp_path, with_params(b={"low": 1, "hihg": 2}))
-    assert "params.b.hihg: unknown key" in message
+    message = error_for(tmp_path, with_params(page_size={"low": 1, "hihg": 2}))
+    assert "params.page_size.hihg: unknown key" in message
     assert "low, high, step, log, type, derive, when" in message
 
 
@@ -151,75 +153,101 @@ def test_bad_range_names_key_value_and_rule(tmp_path: Path):
 
 
 def test_wrong_type_names_value_and_expected_type(tmp_path: Path):
-    message = error_for(tmp_path, with_params(b={"low": "abc", "high": 2}))
-    assert "params.b.low = 'abc': must be a number" in message
-    message = error_for(tmp_path, with_params(b={"low": True, "high": 2}))
-    assert "params.b.low = True: must be a number" in message
+    message = error_for(tmp_path, with_params(page_size={"low": "abc", "high": 2}))
+    assert "params.page_size.low = 'abc': must be a number" in message
+    message = error_for(tmp_path, with_params(page_size={"low": True, "high": 2}))
+    assert "params.page_size.low = True: must be a number" in message
 
 
 def test_condition_naming_unknown_param(tmp_path: Path):
-    message = error_for(tmp_path, with_params(b={"low": 1, "high": 2, "when": {"zz": 1}}))
-    assert "params.b.when.zz: condition names 'zz', which is not a param of this space" in message
-    assert "(params: a, b)" in message
+    data = with_params(page_size={"low": 1, "high": 2, "when": {"zz": 1}})
+    message = error_for(tmp_path, data)
+    assert "params.page_size.when.zz: condition names 'zz', which is not a param" in message
+    assert "(params: schedule_policy, page_size)" in message
 
 
 def test_params_are_sampled_after_what_they_depend_on(tmp_path: Path):
     data = copy.deepcopy(MINIMAL)
     data["params"] = {
-        "c": {"derive": "b + 1", "when": {"a": "x"}},
-        "b": {"low": 1, "high": 2, "when": {"a": "x"}},
-        "a": {"choices": ["x"]},
-        "z": {"choices": [1]},
+        "cuda_graph_max_bs_decode": {
+            "derive": "max_running_requests + 1",
+            "when": {"schedule_policy": "lpm"},
+        },
+        "max_running_requests": {"low": 1, "high": 2, "when": {"schedule_policy": "lpm"}},
+        "schedule_policy": {"choices": ["lpm"]},
+        "page_size": {"choices": [1]},
     }
     space = load_space(write(tmp_path, data))
-    assert list(space.params) == ["a", "b", "c", "z"]
+    assert list(space.params) == [
+        "schedule_policy",
+        "max_running_requests",
+        "cuda_graph_max_bs_decode",
+        "page_size",
+    ]
     flags = suggest_flags(optuna.create_study().ask(), space)
-    assert flags["c"] == flags["b"] + 1
+    assert flags["cuda_graph_max_bs_decode"] == flags["max_running_requests"] + 1
 
 
 def test_dependency_cycle_is_rejected(tmp_path: Path):
     data = copy.deepcopy(MINIMAL)
     data["params"] = {
-        "a": {"choices": [1], "when": {"b": 1}},
-        "b": {"choices": [1], "when": {"a": 1}},
+        "page_size": {"choices": [1], "when": {"max_running_requests": 1}},
+        "max_running_requests": {"choices": [1], "when": {"page_size": 1}},
     }
-    assert "params.a: conditions or derivations form a cycle: a -> b -> a" in error_for(
-        tmp_path, data
-    )
+    assert (
+        "params.page_size: conditions or derivations form a cycle: "
+        "page_size -> max_running_requests -> page_size"
+    ) in error_for(tmp_path, data)
 
 
 def test_condition_value_outside_choices(tmp_path: Path):
-    message = error_for(tmp_path, with_params(b={"low": 1, "high": 2, "when": {"a": "q"}}))
-    assert "params.b.when.a: 'q' is not one of a's choices ['x', 'y']" in message
+    data = with_params(page_size={"low": 1, "high": 2, "when": {"schedule_policy": "lof"}})
+    message = error_for(tmp_path, data)
+    assert (
+        "params.page_size.when.schedule_policy: 'lof' is not one of schedule_policy's choices "
+        "['fcfs', 'lpm']"
+    ) in message
 
 
 @pytest.mark.parametrize(
     ("param", "expected"),
     [
-        ({"low": 0, "high": 8, "log": True}, "params.b.low: 0 must be > 0 on a log scale"),
-        ({"low": 1, "high": 8, "log": True, "step": 0.5}, "params.b.step: a log-scale range"),
-        ({"low": 0.1, "high": 2, "step": 0.3}, "params.b.step: 0.3 does not divide"),
-        ({"low": 1.5, "high": 4, "type": "int"}, "params.b.low: 1.5 is not a whole number"),
-        ({"choices": []}, "params.b.choices: must list at least one value"),
-        ({"choices": [1, 1]}, "params.b.choices: lists 1 twice"),
-        ({"choices": [1], "step": 1}, "params.b.step: only applies to a low/high range"),
-        ({"choices": [1], "low": 1}, "params.b: give exactly one of choices, low/high or derive"),
-        ({"low": 1}, "params.b.high: a range needs both low and high"),
+        ({"low": 0, "high": 8, "log": True}, "params.page_size.low: 0 must be > 0 on a log scale"),
+        (
+            {"low": 1, "high": 8, "log": True, "step": 0.5},
+            "params.page_size.step: a log-scale range",
+        ),
+        ({"low": 0.1, "high": 2, "step": 0.3}, "params.page_size.step: 0.3 does not divide"),
+        ({"low": 1.5, "high": 4, "type": "int"}, "params.page_size.low: 1.5 is not a whole number"),
+        ({"choices": []}, "params.page_size.choices: must list at least one value"),
+        ({"choices": [1, 1]}, "params.page_size.choices: lists 1 twice"),
+        ({"choices": [1], "step": 1}, "params.page_size.step: only applies to a low/high range"),
+        (
+            {"choices": [1], "low": 1},
+            "params.page_size: give exactly one of choices, low/high or derive",
+        ),
+        ({"low": 1}, "params.page_size.high: a range needs both low and high"),
         ({"derive": "__import__('os')"}, "only min(...) and max(...) may be called"),
-        ({"derive": "a.real"}, "only numbers, param names"),
-        ({"derive": "nope + 1"}, "params.b.derive: names 'nope', which is not a param"),
-        ({"derive": "b + 1"}, "params.b.derive: 'b' cannot depend on itself"),
-        (5, "params.b = 5: must be a mapping"),
+        ({"derive": "schedule_policy.real"}, "only numbers, param names"),
+        ({"derive": "nope + 1"}, "params.page_size.derive: names 'nope', which is not a param"),
+        ({"derive": "page_size + 1"}, "params.page_size.derive: 'page_size' cannot depend on"),
+        (5, "params.page_size = 5: must be a mapping"),
     ],
 )
 def test_param_rules(tmp_path: Path, param: object, expected: str):
-    assert expected in error_for(tmp_path, with_params(b=param))
+    assert expected in error_for(tmp_path, with_params(page_size=param))
 
 
 def test_derive_must_be_as_conditional_as_what_it_uses(tmp_path: Path):
-    data = with_params(b={"low": 1, "high": 2, "when": {"a": "x"}}, c={"derive": "b * 2"})
+    data = with_params(
+        page_size={"low": 1, "high": 2, "when": {"schedule_policy": "fcfs"}},
+        chunked_prefill_size={"derive": "page_size * 2048"},
+    )
     message = error_for(tmp_path, data)
-    assert "params.c.derive: uses 'b', which is only sampled when a is one of ['x']" in message
+    assert (
+        "params.chunked_prefill_size.derive: uses 'page_size', which is only sampled when "
+        "schedule_policy is one of ['fcfs']"
+    ) in message
 
 
 @pytest.mark.parametrize(
@@ -237,7 +265,7 @@ def test_derive_must_be_as_conditional_as_what_it_uses(tmp_path: Path):
         ({"engine": {"name": "vllm"}}, "engine.name = 'vllm'"),
         ({"fixed_flags": {"enable-metrics": True}}, "fixed_flags.enable-metrics: 'enable-metrics'"),
         ({"fixed_flags": {"port": 1}}, "fixed_flags.port: is set by the launcher"),
-        ({"fixed_flags": {"a": 1}}, "params.a: is also in fixed_flags"),
+        ({"fixed_flags": {"schedule_policy": "lpm"}}, "params.schedule_policy: is also in"),
         ({"name": "my study"}, "name: 'my study' is not a usable study name"),
         ({"params": {}}, "params: at least one tuned param is needed"),
     ],
@@ -310,9 +338,12 @@ def test_conditional_suggestion_with_multivariate_group_tpe():
 
 def test_condition_with_a_list_of_values_and_chained_conditions(tmp_path: Path):
     data = with_params(
-        b={"choices": [1, 2, 3], "when": {"a": ["x"]}},
-        c={"low": 0.5, "high": 1.0, "when": {"b": [2, 3]}},
-        d={"derive": "max(b, 2) * 10", "when": {"a": "x"}},
+        page_size={"choices": [1, 2, 3], "when": {"schedule_policy": ["fcfs"]}},
+        mem_fraction_static={"low": 0.5, "high": 1.0, "when": {"page_size": [2, 3]}},
+        chunked_prefill_size={
+            "derive": "max(page_size, 2) * 10",
+            "when": {"schedule_policy": "fcfs"},
+        },
     )
     space = load_space(write(tmp_path, data))
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
@@ -320,15 +351,71 @@ def test_condition_with_a_list_of_values_and_chained_conditions(tmp_path: Path):
         trial = study.ask()
         flags = suggest_flags(trial, space)
         study.tell(trial, 0.0)
-        if flags["a"] == "y":
-            assert set(flags) == {"a"}
+        if flags["schedule_policy"] == "lpm":
+            assert set(flags) == {"schedule_policy"}
         else:
-            assert ("c" in flags) == (flags["b"] in (2, 3))
-            assert flags["d"] == max(flags["b"], 2) * 10
+            assert ("mem_fraction_static" in flags) == (flags["page_size"] in (2, 3))
+            assert flags["chunked_prefill_size"] == max(flags["page_size"], 2) * 10
 
 
 def test_boolean_condition_does_not_match_one(tmp_path: Path):
     data = copy.deepcopy(MINIMAL)
-    data["params"] = {"a": {"choices": [1]}, "b": {"choices": ["z"], "when": {"a": True}}}
+    data["params"] = {
+        "page_size": {"choices": [1]},
+        "schedule_policy": {"choices": ["lpm"], "when": {"page_size": True}},
+    }
     message = error_for(tmp_path, data)
-    assert "params.b.when.a: True is not one of a's choices [1]" in message
+    assert (
+        "params.schedule_policy.when.page_size: True is not one of page_size's choices" in message
+    )
+
+
+# --------------------------------------------------------------------------- engine checks
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            {"params": {"mem_fracton_static": {"low": 0.7, "high": 0.9}}},
+            "params.mem_fracton_static: sglang 0.5.23 has no flag 'mem_fracton_static' "
+            "(--mem-fracton-static); did you mean mem_fraction_static?",
+        ),
+        (
+            {"params": {"hicache_write_policy": {"choices": ["write_through", "sometimes"]}}},
+            "params.hicache_write_policy.choices: hicache_write_policy='sometimes' is not accepted "
+            "by sglang 0.5.23 --hicache-write-policy; choose one of: write_back, write_through",
+        ),
+        (
+            {"params": {"max_running_requests": {"low": 0.5, "high": 8}}},
+            "params.max_running_requests.low: sglang 0.5.23 would reject its arguments: "
+            "argument --max-running-requests: invalid int value: '0.5'",
+        ),
+        (
+            {"fixed_flags": {"enable_metrics": "yes"}},
+            "fixed_flags.enable_metrics: enable_metrics='yes': --enable-metrics is a switch",
+        ),
+        ({"engine": {"version": "0.4.0"}}, "engine.version: no flag snapshot for sglang 0.4.0"),
+        (
+            {"engine": {"version": "0.5.10"}, "fixed_flags": {"cuda_graph_max_bs_prefill": 8}},
+            "fixed_flags.cuda_graph_max_bs_prefill: sglang 0.5.10 has no flag",
+        ),
+    ],
+)
+def test_flags_and_values_are_checked_against_the_engine_version(
+    tmp_path: Path, change: dict[str, Any], expected: str
+):
+    assert expected in error_for(tmp_path, dict(MINIMAL, **change))
+
+
+def test_renamed_flags_are_accepted_for_every_version(tmp_path: Path):
+    for version in ("0.5.10", "0.5.23"):
+        data = dict(
+            MINIMAL,
+            engine={"name": "sglang", "version": version},
+            params={
+                "mamba_radix_cache_strategy": {"choices": ["no_buffer", "extra_buffer"]},
+                "cuda_graph_max_bs_decode": {"choices": [8, 16]},
+            },
+        )
+        assert load_space(write(tmp_path, data)).engine_version == version

@@ -487,6 +487,7 @@ def _check(raw: _SpaceFile, default_name: str) -> SearchSpace:
     for flag in _sampling_order(raw.params):
         params[flag] = _param_spec(f"params.{flag}", flag, raw.params[flag], params)
 
+    _check_against_engine(raw.engine, raw.fixed_flags, params)
     _check_workload(raw.workload)
     _check_objectives(raw.objectives)
     slos = [_slo(f"slos.{i}", item) for i, item in enumerate(raw.slos)]
@@ -546,6 +547,39 @@ def _sampling_order(params: dict[str, _ParamFile]) -> list[str]:
     for flag in params:
         visit(flag)
     return order
+
+
+def _check_against_engine(
+    engine: EngineSpec, fixed_flags: dict[str, Any], params: dict[str, ParamSpec]
+) -> None:
+    """Every flag must exist in the engine version's real parser and every value the space can
+    produce must be one it accepts, so a typo fails here and not after a model load."""
+    from tuner.engines import sglang  # the simulator takes the same flags
+
+    if engine.version not in sglang.supported_versions():
+        try:
+            sglang.load_snapshot(engine.version)  # a post release may use its base's snapshot
+        except UserError as exc:
+            raise _SpaceError("engine.version", str(exc)) from None
+    names = [(f"fixed_flags.{flag}", flag) for flag in fixed_flags]
+    names += [(f"params.{flag}", flag) for flag in params]
+    for path, flag in names:
+        try:
+            sglang.resolve_flag(flag, engine.version)
+        except UserError as exc:
+            raise _SpaceError(path, str(exc)) from None
+    values = [(f"fixed_flags.{flag}", flag, value) for flag, value in fixed_flags.items()]
+    for flag, spec in params.items():
+        path = f"params.{flag}"
+        if spec.kind == "categorical":
+            values += [(f"{path}.choices", flag, value) for value in spec.choices or ()]
+        elif spec.kind in ("int", "float"):
+            values += [(f"{path}.low", flag, spec.low), (f"{path}.high", flag, spec.high)]
+    for path, flag, value in values:
+        try:
+            sglang.build_server_args({flag: value}, engine.version)
+        except UserError as exc:
+            raise _SpaceError(path, str(exc)) from None
 
 
 def _check_flag_name(path: str, flag: str) -> None:
