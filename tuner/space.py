@@ -5,13 +5,13 @@ Use::
     space = load_space("search_spaces/qwen3.6-27b-mtp-hicache.yaml")   # UserError if invalid
     flags = suggest_flags(trial, space)  # {"mem_fraction_static": 0.83, ...}
 
-File format (every key but `model_path` and `params` is optional)::
+File format (every key but `model_path`, `params` and `workload` is optional)::
 
     name: qwen3.6-27b-mtp-hicache          # default study name; letters, digits, . _ -
     engine: {name: sglang, version: "0.5.23"}        # sglang version whose flag names are used
     model_path: Qwen/Qwen3.6-27B           # passed as --model-path
     fixed_flags: {enable_metrics: true}    # always passed; same value rules as build_server_args
-    sim: {hardware: rtx-pro-6000-96gb, model: qwen3.6-27b, time_scale: 50}  # simulator only
+    sim: {hardware: rtx-pro-6000-blackwell, model: qwen3.6-27b, time_scale: 50}
     params:                                # tuned; names are sglang flag names with underscores
       NAME: {choices: [v1, v2, ...]}       # categorical; null = flag not passed
       NAME: {low: L, high: H}              # int when L and H are ints, else float
@@ -21,9 +21,13 @@ File format (every key but `model_path` and `params` is optional)::
       NAME: {..., when: {OTHER: value}}    # only sampled when param OTHER has that value, or one
                                            # of a list of values; all keys must hold
     workload: {kind: multi-turn, ...}      # kind: random | shared-prefix | multi-turn | jsonl;
-                                           # the rest is validated by tuner.bench
-    bench: {concurrency: 16, request_rate: null, warmup_requests: 2, stages: 4,
-            api: generate, timeout_s: 600}            # api: generate | completions | chat
+                                           # keys as tuner.bench.workload.WorkloadSpec
+    bench: {concurrency: 16, request_rate: null, arrival: poisson, warmup_requests: 2,
+            stages: 4, api: generate, timeout_s: 600}
+                                           # concurrency null = no cap; request_rate null =
+                                           # closed loop; arrival: poisson | constant;
+                                           # api: generate | completions | chat;
+                                           # timeout_s: per request
     objectives: {throughput: output_throughput, latency: median_tpot_ms}
     slos: ["p99_ttft_ms <= 2000"]          # metric <= limit or metric >= limit
 
@@ -124,16 +128,23 @@ class Objectives(BaseModel):
         return ["maximize", "minimize"]
 
     def as_list(self) -> list[Objective]:
-        return [Objective(metric=m, direction=d) for m, d in zip(self.metrics, self.directions)]  # noqa: B905
+        pairs = zip(self.metrics, self.directions, strict=True)
+        return [Objective(metric=metric, direction=direction) for metric, direction in pairs]
 
 
 class BenchSettings(BaseModel):
-    """How each trial is benchmarked; `stages` is how many checkpoints the stage pruner gets."""
+    """How each trial is benchmarked (the fields of tuner.bench.runner.BenchConfig).
+
+    concurrency: most requests in flight (None: no cap); request_rate: requests/s released with
+    `arrival` spacing (None: as fast as the concurrency cap allows); stages: checkpoints for the
+    stage pruner; timeout_s: a request running longer counts as a timeout.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    concurrency: StrictInt = Field(16, ge=1)
-    request_rate: Number | None = Field(None, gt=0)  # requests/s; None = all at once
+    concurrency: StrictInt | None = Field(16, ge=1)
+    request_rate: Number | None = Field(None, gt=0)
+    arrival: Literal["poisson", "constant"] = "poisson"
     warmup_requests: StrictInt = Field(2, ge=0)
     stages: StrictInt = Field(4, ge=1)
     api: Literal["generate", "completions", "chat"] = "generate"
@@ -277,7 +288,7 @@ def load_space(path: str | Path) -> SearchSpace:
 
 
 def suggest_flags(trial: optuna.Trial, space: SearchSpace) -> dict[str, object]:
-    """Sample the active params for one trial, in file order, and compute derived ones.
+    """Sample the active params for one trial, in sampling order, and compute derived ones.
 
     Returns {flag_name: value}; a value of None means the flag is not passed. Inactive params are
     absent, so TPE sees each trial's own param set; use
@@ -709,6 +720,14 @@ def _check_workload(workload: dict[str, Any]) -> None:
         raise _SpaceError(
             "workload.kind", f"{kind!r} is not a workload kind; one of {', '.join(WORKLOAD_KINDS)}"
         )
+    # The bench owns the rest of the workload's keys; asking it here puts the file name on
+    # its message instead of failing at the first trial.
+    from tuner.bench.workload import WorkloadSpec
+
+    try:
+        WorkloadSpec.from_dict(workload)
+    except UserError as exc:
+        raise _SpaceError("workload", str(exc)) from None
 
 
 def _check_objectives(objectives: Objectives) -> None:
