@@ -162,3 +162,21 @@ def test_metric_labels():
     assert metric_label("p99_e2e_latency_ms") == "p99 E2E latency (ms)"
     assert metric_label("total_throughput") == "total tok/s"
     assert metric_label("something_else") == "something_else"
+
+
+def test_a_trial_with_only_stage_summaries_is_placed_by_its_last_stage():
+    from optuna.trial import TrialState, create_trial
+
+    from tuner.study_records import read_study_meta, record_from_trial
+
+    storage = optuna.storages.InMemoryStorage()
+    study = build_study(storage, "s", only=[0])
+    stages = [{"output_throughput": 100.0, "median_tpot_ms": 50.0},
+              {"output_throughput": 120.0, "median_tpot_ms": 40.0}]  # fmt: skip
+    frozen = create_trial(
+        state=TrialState.PRUNED,
+        user_attrs={"outcome": "pruned", "stages": stages, "pruned": {"stage": 1}},
+    )
+    trial = record_from_trial(frozen, read_study_meta(study))
+    assert trial.category is Category.PRUNED
+    assert trial.objective_values(read_study_meta(study)) == (120.0, 40.0)

@@ -250,6 +250,10 @@ def classify(
 def record_from_trial(trial: FrozenTrial, meta: StudyMeta) -> TrialRecord:
     attrs = trial.user_attrs
     metrics = dict(attrs.get(record.METRICS) or {})
+    stages = attrs.get(record.STAGES)
+    if not metrics and isinstance(stages, list) and stages and isinstance(stages[-1], Mapping):
+        # Stopped between stages before the summary was written: the last stage is cumulative.
+        metrics = dict(stages[-1])
     if not metrics and trial.state == TrialState.COMPLETE and trial.values:
         # A study written without the tuner's attrs: its values are the objective metrics.
         metrics = {o.metric: v for o, v in zip(meta.objectives, trial.values, strict=False)}
