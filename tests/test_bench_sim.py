@@ -72,15 +72,18 @@ def sim_metrics(served: list[dict]) -> dict[str, float]:
 
 def test_bench_agrees_with_the_simulators_own_record():
     spec = WorkloadSpec.from_dict(
-        {"kind": "random", "requests": 24, "input_len": 2048, "output_len": 48, "seed": 1}
+        {"kind": "random", "requests": 16, "input_len": 2048, "output_len": 32, "seed": 1}
     )
-    with simulator("--sim-time-scale", "4") as url:
+    # What the client adds (HTTP, the server's handling of a burst of arrivals) is scaled up by K
+    # in modelled time like everything else: a small K keeps it well under the 2% allowed
+    # (measured on the shared 2-core machine: TTFT +0.6% at K=2, +1.1% at K=4, +7% at K=20).
+    with simulator("--sim-time-scale", "2") as url:
         result = run_bench(BenchConfig(url=url, workload=spec, concurrency=8, warmup_requests=0))
         served = sim_record(url)
-    assert result.summary["completed"] == 24 and result.time_scale == 4.0
+    assert result.summary["completed"] == 16 and result.time_scale == 2.0
     ours = {r.rid for r in result.records}
     matched = [r for r in served if r.get("rid") in ours] or served
-    assert len(matched) == 24
+    assert len(matched) == 16
     theirs = sim_metrics(matched)
     report = {k: (result.summary[k], v) for k, v in theirs.items()}
     for measured, recorded in report.values():
