@@ -42,7 +42,7 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--url", help="benchmark this running server instead of starting the simulator")
     p.add_argument("--time-scale", type=float, default=4.0, help="simulator --sim-time-scale")
-    p.add_argument("--requests", type=int, default=64)
+    p.add_argument("--requests", type=int, default=32)
     p.add_argument("--input-len", type=int, default=256)
     p.add_argument("--output-len", type=int, default=256)
     p.add_argument("--concurrency", type=int, default=16)
@@ -166,6 +166,7 @@ def main() -> int:
         contextlib.nullcontext(args.url) if args.url else simulator(args.time_scale, args.sim_arg)
     )
     results: dict[str, list[float]] = {"tuner.bench (httpx)": [], "plain aiohttp": []}
+    chunk_counts: list[int] = []
     with context as url:
         # One untimed round first: imports, connection set-up and the server's first requests.
         measure(ours, url, args, seed=999)
@@ -178,12 +179,14 @@ def main() -> int:
                 if chunks == 0:
                     raise SystemExit(f"{name}: no chunks streamed; is the server serving?")
                 results[name].append(cpu_s / chunks * 1000)
+                chunk_counts.append(chunks)
     per_1k = {name: statistics.median(values) for name, values in results.items()}
     ratio = per_1k["tuner.bench (httpx)"] / per_1k["plain aiohttp"]
-    chunks_per_run = args.requests * args.output_len
-    print(f"workload: {args.requests} requests x {args.output_len} output tokens "
-          f"(~{chunks_per_run} chunks a run), concurrency {args.concurrency}, "
-          f"{args.repeats} rounds")  # fmt: skip
+    chunks_per_run = statistics.mean(chunk_counts)
+    tokens_per_chunk = args.requests * args.output_len / chunks_per_run
+    print(f"workload: {args.requests} requests x {args.output_len} output tokens, "
+          f"concurrency {args.concurrency}, {args.repeats} rounds; {chunks_per_run:.0f} chunks "
+          f"a run ({tokens_per_chunk:.1f} tokens a chunk)")  # fmt: skip
     print(f"{'client':<22}{'CPU s / 1,000 chunks':>22}   runs")
     for name, value in per_1k.items():
         runs = ", ".join(f"{v:.4f}" for v in results[name])
