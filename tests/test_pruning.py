@@ -58,3 +58,10 @@ def test_requires_enough_dominators():
         HISTORY,
         StagePrunerConfig(n_startup_trials=4, min_dominators=5),
     ).prune
+
+
+def test_infeasible_trials_do_not_count_as_dominators():
+    infeasible = [StagePoint(p.throughput, p.latency, feasible=False) for p in HISTORY]
+    assert not decide(1, 4, StagePoint(60.0, 40.0), infeasible, CONFIG).prune
+    mixed = [*infeasible[:3], *HISTORY[3:]]  # two feasible dominators remain
+    assert decide(1, 4, StagePoint(60.0, 40.0), mixed, CONFIG).prune

@@ -77,7 +77,7 @@ def test_default_space_is_the_seed_scenario():
     assert p["chunked_prefill_size"].kind == "categorical"
     assert space.objectives.metrics == ["output_throughput", "median_tpot_ms"]
     assert space.objectives.directions == ["maximize", "minimize"]
-    assert space.slos == [Slo(metric="p99_ttft_ms", op="<=", limit=2000)]
+    assert space.slos == [Slo(metric="p99_ttft_ms", op="<=", limit=3000)]
 
 
 @pytest.mark.parametrize("name", ["qwen3.6-27b-mtp-hicache", "qwen3-8b-h200"])

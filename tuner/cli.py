@@ -52,6 +52,119 @@ def version() -> None:
 
 
 @app.command()
+def optimize(
+    trials: int = typer.Option(
+        40, "--trials", "-n", min=1, help="Finished trials the study should hold."
+    ),
+    space: Path | None = typer.Option(
+        None, "--space", help="Search-space YAML (default: the seed scenario)."
+    ),
+    study: str | None = typer.Option(
+        None, "--study", help="Study name (default: the space's name)."
+    ),
+    engine: str = typer.Option("sim", "--engine", help="sim (simulated server) or sglang."),
+    storage: str | None = typer.Option(
+        None, "--storage", help="Optuna storage URL or journal file (default: studies/<study>.db)."
+    ),
+    timeout: float | None = typer.Option(
+        None, "--timeout", help="Stop starting new trials after this many seconds."
+    ),
+    seed: int | None = typer.Option(None, "--seed", help="Sampler seed."),
+    sampler: str = typer.Option("tpe", "--sampler", help="tpe, nsga2, random or grid."),
+    prune: bool = typer.Option(
+        True, "--prune/--no-prune", help="Stop clearly dominated trials between benchmark stages."
+    ),
+    feasibility: bool = typer.Option(
+        True,
+        "--feasibility/--no-feasibility",
+        help="Skip configurations predicted not to fit or to crash.",
+    ),
+    gpus: str | None = typer.Option(
+        None, "--gpus", help="CUDA_VISIBLE_DEVICES for the server, e.g. 0,1."
+    ),
+    gpu_memory_gb: float | None = typer.Option(
+        None,
+        "--gpu-memory-gb",
+        help="GPU memory for the memory estimate when nvidia-ml-py is absent.",
+    ),
+    time_scale: float | None = typer.Option(
+        None, "--time-scale", help="Simulator only: run K times faster than real time."
+    ),
+    studies_dir: Path = typer.Option(
+        Path("studies"), "--studies-dir", help="Where studies and trial logs live."
+    ),
+    report: bool = typer.Option(
+        True, "--report/--no-report", help="Write the HTML report at the end."
+    ),
+    workers: int = typer.Option(
+        1, "--workers", min=1, help="Trials at once on this machine (with --gpus: one per group)."
+    ),
+    tp_size: int = typer.Option(
+        1, "--tp-size", min=1, help="GPUs per server; --gpus is split into groups of this size."
+    ),
+    heartbeat: int = typer.Option(
+        10,
+        "--heartbeat",
+        min=1,
+        help="Database storages: seconds between heartbeats; a trial silent for 3 is retried.",
+    ),
+) -> None:
+    """Run (or resume) a study: sample launch flags, launch, benchmark, prune, record."""
+    from rich.console import Console
+
+    from tuner.progress import OptimizeDisplay
+    from tuner.study import StudyOptions, open_study, quiet_optuna, run_study
+    from tuner.summary import print_summary
+    from tuner.workers import gpu_groups, run_parallel
+
+    options = StudyOptions(
+        trials=trials,
+        space_path=space,
+        study_name=study,
+        storage=storage,
+        engine=engine,
+        timeout_s=timeout,
+        seed=seed,
+        sampler=sampler,
+        prune=prune,
+        feasibility=feasibility,
+        studies_dir=studies_dir,
+        gpus=gpus,
+        gpu_memory_gb=gpu_memory_gb,
+        time_scale=time_scale,
+        tp_size=tp_size,
+        heartbeat_s=heartbeat,
+    )
+    groups = gpu_groups(gpus, tp_size, workers)
+    quiet_optuna()
+    console = Console()
+    _, loaded_space, _ = open_study(options)
+    display = OptimizeDisplay(
+        console, trials, loaded_space.objectives.throughput, loaded_space.objectives.latency
+    )
+    with display:
+        if len(groups) > 1:
+            summary = run_parallel(options, groups, on_event=display)
+        else:
+            options.gpus = groups[0]
+            summary = run_study(options, on_event=display)
+    print_summary(console, summary, loaded_space)
+    if report and summary.counts.get("COMPLETE", 0):
+        from tuner.report import write_report
+        from tuner.storage import open_storage
+
+        path = write_report(
+            open_storage(summary.storage, summary.study_name, studies_dir),
+            summary.study_name,
+            studies_dir=studies_dir,
+        )
+        console.print(f"report: {path}")
+    if summary.interrupted:
+        console.print("interrupted: run the same command again to resume")
+        raise typer.Exit(130)
+
+
+@app.command()
 def bench(
     url: str = typer.Option("http://127.0.0.1:30000", "--url", help="Server to benchmark."),
     workload: str = typer.Option(

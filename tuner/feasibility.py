@@ -120,12 +120,12 @@ def estimate_memory(
     model: ModelMemory,
     gpu_memory_gb: float,
     *,
-    activation_safety: float = 0.5,
+    activation_safety: float = 0.25,
 ) -> MemoryEstimate:
     """Pure estimate of whether `flags` can start; rejects only clear failures.
 
-    `activation_safety` scales the activation need before comparing it with the room left: 0.5
-    means "reject only when less than half of sglang's own reserve is left", because the exact
+    `activation_safety` scales the activation need before comparing it with the room left: 0.25
+    means "reject only when less than a quarter of sglang's own reserve is left", because the exact
     need depends on kernels and CUDA graphs that only a launch can measure.
     """
     gpu = gpu_memory_gb * GB
@@ -145,13 +145,15 @@ def estimate_memory(
     pools = gpu * mfs - model.weight_bytes - (model.draft_bytes if spec else 0.0)
     slots = 0
     kv_bytes = pools
+    spec_reserve = 0.0
     if model.hybrid and pools > 0:
         draft_tokens = int(flags.get("speculative_num_draft_tokens") or (4 if spec else 1))
         # Unset, sglang picks the running cap itself; assume the smallest reserve so that only
         # configurations that cannot fit even then are rejected.
         running = flags.get("max_running_requests") or 1
         if spec:
-            pools -= model.state_bytes_per_request * float(running) * draft_tokens
+            spec_reserve = model.state_bytes_per_request * float(running) * draft_tokens
+            pools -= spec_reserve
         ratio = float(flags.get("mamba_full_memory_ratio") or 0.9)
         max_slots = flags.get("max_mamba_cache_size")
         if max_slots:
@@ -171,7 +173,15 @@ def estimate_memory(
             False,
             "not_enough_memory",
             f"mem_fraction_static {mfs:.2f} leaves {max(pools, 0) / GB:.1f} GB after "
-            f"{model.weight_bytes / GB:.1f} GB of weights: no KV cache would fit",
+            f"{model.weight_bytes / GB:.1f} GB of weights"
+            + (
+                f" and {spec_reserve / GB:.1f} GB of speculative state "
+                f"({flags.get('max_running_requests')} requests x "
+                f"{flags.get('speculative_num_draft_tokens') or 4} draft tokens)"
+                if spec_reserve
+                else ""
+            )
+            + ": no KV cache would fit",
         )
     if room < need:
         return result(

@@ -3,9 +3,9 @@
 Optuna's pruners raise NotImplementedError in multi-objective studies, so the decision is made
 here, from the per-stage metrics every trial stores in its user attrs. A trial is pruned after a
 benchmark stage when it is clearly dominated at that same stage: its throughput is below a low
-percentile of the completed trials' throughput, AND enough completed trials had both clearly more
-throughput and no worse latency at that stage. Latency alone never prunes: a slow-but-snappy
-configuration may sit on the Pareto front.
+percentile of the completed trials' throughput, AND enough completed trials that met the SLOs had
+both clearly more throughput and no worse latency at that stage. Latency alone never prunes: a
+slow-but-snappy configuration may sit on the Pareto front.
 
     pruner = StagePruner(StagePrunerConfig(n_startup_trials=5))
     decision = pruner.decide(stage=1, n_stages=4, current=StagePoint(120.0, 35.0), history=[...])
@@ -28,6 +28,7 @@ class StagePoint:
     throughput: float  # the throughput objective (maximised)
     latency: float  # the latency objective (minimised)
     duration_s: float = 0.0  # modelled seconds the stage took (to estimate time saved)
+    feasible: bool = True  # a completed trial that met every constraint (SLOs)
 
 
 @dataclass(frozen=True)
@@ -68,10 +69,13 @@ def decide(
         return PruneDecision(
             False, f"throughput {current.throughput:.1f} >= p{config.percentile:g} {floor:.1f}"
         )
+    # Only trials that met the SLOs count as dominators: a configuration beaten only by
+    # infeasible ones may still be the best feasible choice.
     dominators = [
         p
         for p in history
-        if p.throughput >= current.throughput * (1.0 + config.margin)
+        if p.feasible
+        and p.throughput >= current.throughput * (1.0 + config.margin)
         and p.latency <= current.latency
     ]
     if len(dominators) < config.min_dominators:
@@ -82,13 +86,16 @@ def decide(
         )
     remaining = n_stages - 1 - stage
     per_stage = current.duration_s / (stage + 1) if current.duration_s > 0 else 0.0
-    best = max(dominators, key=lambda p: p.throughput)
     reason = (
         f"stage {stage + 1}/{n_stages}: throughput {current.throughput:.1f} below "
-        f"p{config.percentile:g} {floor:.1f} of {len(history)} completed trials, and "
-        f"{len(dominators)} of them dominate it (best {best.throughput:.1f} at latency "
-        f"{best.latency:.1f} vs {current.latency:.1f})"
+        f"p{config.percentile:g} {floor:.1f} of {len(history)} completed trials"
     )
+    if dominators:
+        best = max(dominators, key=lambda p: p.throughput)
+        reason += (
+            f", and {len(dominators)} of them dominate it (best {best.throughput:.1f} at "
+            f"latency {best.latency:.1f} vs {current.latency:.1f})"
+        )
     return PruneDecision(True, reason, time_saved_s=remaining * per_stage)
 
 

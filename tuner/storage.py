@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from optuna.storages import BaseStorage, RDBStorage
+from optuna.storages import BaseStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
 from tuner.errors import UserError
@@ -51,6 +52,7 @@ def open_storage(
     studies_dir: Path = DEFAULT_STUDIES_DIR,
     *,
     create: bool = False,
+    heartbeat_s: int | None = None,
 ) -> BaseStorage:
     """Open the storage for `study_name` (see the module docstring for what `storage` may be).
 
@@ -58,7 +60,7 @@ def open_storage(
     lists the studies found. `create=True` is for the writer: the storage may be new (a new
     SQLite file under `studies_dir` when `storage` is None) and need not hold the study yet.
     """
-    opened = _open(storage, study_name, studies_dir, must_exist=not create)
+    opened = _open(storage, study_name, studies_dir, must_exist=not create, heartbeat_s=heartbeat_s)
     if not create:
         names = _study_names(opened)
         if study_name not in names:
@@ -146,7 +148,14 @@ def describe_storage(storage: str | None, study_name: str, studies_dir: Path) ->
     return storage
 
 
-def _open(storage: str | None, study_name: str, studies_dir: Path, *, must_exist: bool):
+def _open(
+    storage: str | None,
+    study_name: str,
+    studies_dir: Path,
+    *,
+    must_exist: bool,
+    heartbeat_s: int | None = None,
+):
     if storage is None:
         path = _default_file(study_name, studies_dir)
         if not path.exists():
@@ -161,7 +170,10 @@ def _open(storage: str | None, study_name: str, studies_dir: Path, *, must_exist
     if "://" in storage:
         if storage.startswith("sqlite:"):
             _check_sqlite_file(storage, must_exist=must_exist)
-        return _rdb(storage, shown=_hide_password(storage))
+        server_db = not storage.startswith("sqlite:")
+        return _rdb(
+            storage, shown=_hide_password(storage), heartbeat_s=heartbeat_s if server_db else None
+        )
 
     path = Path(storage)
     if path.suffix in JOURNAL_SUFFIXES or path.suffix in SQLITE_SUFFIXES:
@@ -204,12 +216,21 @@ def _check_sqlite_file(url: str, *, must_exist: bool) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
 
 
-def _rdb(url: str, *, shown: str) -> RDBStorage:
+def _rdb(url: str, *, shown: str, heartbeat_s: int | None = None) -> RDBStorage:
     engine_kwargs = (
         {"connect_args": {"timeout": _SQLITE_BUSY_TIMEOUT_S}} if url.startswith("sqlite:") else {}
     )
+    heartbeat: dict[str, Any] = {}
+    if heartbeat_s:
+        # Workers on several machines: a trial whose worker stops beating for three intervals
+        # is failed by whichever worker notices, and queued again (up to three times).
+        heartbeat = {
+            "heartbeat_interval": heartbeat_s,
+            "grace_period": 3 * heartbeat_s,
+            "heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=3),
+        }
     try:
-        return RDBStorage(url, engine_kwargs=engine_kwargs)
+        return RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
     except ModuleNotFoundError as exc:
         raise UserError(
             f"cannot open storage {shown}: the database driver {exc.name!r} is not installed "

@@ -1,0 +1,353 @@
+"""One trial: sample -> check -> launch -> benchmark by stages -> record.
+
+Every way a trial can end is recorded in its user attrs (tuner/record.py) before it ends, and no
+launch failure ever ends as FAIL: TPE ignores FAIL trials and would keep sampling the failing
+region (DESIGN.md). Failures end PRUNED with a violated `launch` constraint instead, which TPE
+ranks below every feasible trial.
+
+The objective never knows whether the server is the simulator: it gets a module to run and the
+extra arguments to pass it (`LaunchTarget`), and a benchmark client that converts the server's
+time scale itself.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner import record
+from tuner.engines import sglang as engine
+from tuner.feasibility import CrashModel, LaunchObservation, ModelMemory, estimate_memory
+from tuner.launcher import LaunchError, LaunchSpec, launch
+from tuner.pruning import StagePoint, StagePruner
+from tuner.space import SearchSpace, suggest_flags
+
+EventHook = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class LaunchTarget:
+    """Which program serves the trial: real sglang, or the simulator with its own options."""
+
+    module: str = engine.LAUNCH_MODULE
+    extra_args: tuple[str, ...] = ()
+    gpus: str | None = None
+    api_key: str | None = None
+    ready_timeout_s: float = 900.0
+
+
+@dataclass
+class ObjectiveConfig:
+    space: SearchSpace
+    study_dir: Path  # studies/<study>
+    target: LaunchTarget
+    pruner: StagePruner = field(default_factory=StagePruner)
+    crash_model: CrashModel | None = field(default_factory=CrashModel)
+    model_memory: ModelMemory | None = None
+    gpu_memory_gb: float | None = None
+    on_event: EventHook | None = None
+    extra_flags: dict[str, Any] = field(default_factory=dict)  # e.g. tp_size from --tp-size
+
+
+class Objective:
+    """Callable handed to `study.optimize`; returns (throughput, latency)."""
+
+    def __init__(self, config: ObjectiveConfig) -> None:
+        self.config = config
+        self.space = config.space
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _emit(self, kind: str, **data: Any) -> None:
+        if self.config.on_event is not None:
+            self.config.on_event(kind, data)
+
+    def _end_without_launch(
+        self, trial: optuna.Trial, outcome: str, failure_class: str | None, message: str
+    ) -> None:
+        trial.set_user_attr(record.OUTCOME, outcome)
+        trial.set_user_attr(record.FAILURE_CLASS, failure_class)
+        trial.set_user_attr(record.FAILURE_MSG, message)
+        self._set_constraints(trial, {"launch": 1.0})
+        self._emit("failed", number=trial.number, outcome=outcome, message=message)
+        raise optuna.TrialPruned(message)
+
+    @staticmethod
+    def _set_constraints(trial: optuna.Trial, constraints: dict[str, float]) -> None:
+        trial.set_user_attr(record.CONSTRAINTS, constraints)
+        for key, value in constraints.items():
+            trial.set_constraint(key, value)
+
+    def _launch_history(self, study: optuna.Study) -> list[LaunchObservation]:
+        history = []
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+            outcome = t.user_attrs.get(record.OUTCOME)
+            if outcome not in (
+                record.OUTCOME_OK,
+                record.OUTCOME_PRUNED,
+                record.OUTCOME_LAUNCH_FAILED,
+                record.OUTCOME_BENCH_FAILED,
+            ):
+                continue
+            failure = t.user_attrs.get(record.FAILURE_CLASS)
+            if failure == "port_in_use":
+                continue  # says nothing about the configuration
+            prediction = t.user_attrs.get(record.PREDICTION) or {}
+            history.append(
+                LaunchObservation(
+                    flags=t.user_attrs.get(record.FLAGS, {}),
+                    crashed=outcome == record.OUTCOME_LAUNCH_FAILED,
+                    p_crash=prediction.get("p_crash"),
+                    threshold=prediction.get("threshold"),
+                    probe=bool(prediction.get("probe", False)),
+                )
+            )
+        return history
+
+    def _stage_history(self, study: optuna.Study, stage: int) -> list[StagePoint]:
+        points = []
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            stages = t.user_attrs.get(record.STAGES) or []
+            if len(stages) > stage:
+                feasible = all(v <= 0 for v in t.constraints.values())
+                points.append(replace(self._point(stages[stage]), feasible=feasible))
+        return points
+
+    def _point(self, summary: dict[str, Any]) -> StagePoint:
+        objectives = self.space.objectives
+        return StagePoint(
+            throughput=float(summary.get(objectives.throughput, 0.0) or 0.0),
+            latency=_finite(summary.get(objectives.latency)),
+            duration_s=float(summary.get("duration", 0.0) or 0.0),
+        )
+
+    # -- the trial -------------------------------------------------------------------------
+
+    def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
+        started = time.monotonic()
+        space = self.space
+        is_default = bool(trial.user_attrs.get(record.IS_DEFAULT, False))
+        if is_default and _default_already_taken(trial):
+            is_default = False  # two workers queued the baseline at once: run it only once
+        tuned = {} if is_default else suggest_flags(trial, space)
+        flags: dict[str, Any] = {
+            "model_path": space.model_path,
+            **space.fixed_flags,
+            **self.config.extra_flags,
+            **tuned,
+        }
+        trial.set_user_attr(record.IS_DEFAULT, is_default)
+        trial.set_user_attr(record.FLAGS, {k: v for k, v in flags.items() if v is not None})
+        self._emit("sampled", number=trial.number, flags=tuned, is_default=is_default)
+
+        version = space.engine_version
+        try:
+            server_args = engine.build_server_args(flags, version)
+        except Exception as exc:  # a flag this version lacks: recorded, not launched
+            self._end_without_launch(trial, record.OUTCOME_INVALID, "bad_argument", str(exc))
+        trial.set_user_attr(record.SERVER_ARGS, server_args)
+
+        violations = engine.check_startup_rules(flags, version)
+        if violations:
+            self._end_without_launch(
+                trial, record.OUTCOME_INVALID, "startup_rule", "; ".join(violations)
+            )
+        self._check_feasibility(trial, flags)
+
+        target = self.config.target
+        trial_dir = self.config.study_dir / f"trial-{trial.number}"
+        spec = LaunchSpec(
+            module=target.module,
+            server_args=server_args,
+            extra_args=list(target.extra_args),
+            log_path=trial_dir / "server.log",
+            gpus=target.gpus,
+            api_key=target.api_key,
+            ready_timeout_s=target.ready_timeout_s,
+        )
+        self._emit("launching", number=trial.number)
+        try:
+            with launch(spec, engine.classify_failure, engine.READY_LINE) as server:
+                trial.set_user_attr(record.SERVER_PGID, server.process.pid)
+                capacity = dict(engine.parse_capacity(server.log_text()))
+                capacity.update(_capacity_from_server_info(server.server_info))
+                trial.set_user_attr(record.CAPACITY, capacity)
+                self._emit("ready", number=trial.number, capacity=capacity)
+                result = self._bench(trial, server.url, alive=server.alive)
+                died = not server.alive()
+                launch_s = server.launch_s
+        except LaunchError as exc:
+            trial.set_user_attr(
+                record.TIMINGS, {"launch_s": time.monotonic() - started, "bench_s": 0.0}
+            )
+            trial.set_user_attr("log_tail", exc.log_tail[-2000:])
+            self._end_without_launch(
+                trial, record.OUTCOME_LAUNCH_FAILED, exc.failure_class, exc.message
+            )
+
+        summary = dict(result.summary)
+        trial.set_user_attr(record.METRICS, summary)
+        trial.set_user_attr(
+            record.TIMINGS,
+            {
+                "launch_s": launch_s,
+                "bench_s": float(result.duration_s),
+                "total_s": time.monotonic() - started,
+            },
+        )
+        constraints = {"launch": 0.0, **self._slo_constraints(summary)}
+        completed = int(summary.get("completed", 0) or 0)
+        if died or completed == 0:
+            trial.set_user_attr(record.OUTCOME, record.OUTCOME_BENCH_FAILED)
+            trial.set_user_attr(
+                record.FAILURE_CLASS, "died_during_benchmark" if died else "exited_before_ready"
+            )
+            message = (
+                "server died during the benchmark"
+                if died
+                else f"no request completed ({summary.get('errors', '?')} errors)"
+            )
+            trial.set_user_attr(record.FAILURE_MSG, message)
+            constraints["launch"] = 1.0
+            self._set_constraints(trial, constraints)
+            self._emit("failed", number=trial.number, outcome="bench_failed", message=message)
+            raise optuna.TrialPruned(message)
+
+        self._set_constraints(trial, constraints)
+        pruned = trial.user_attrs.get(record.PRUNED)
+        if result.stopped_at_stage is not None and pruned:
+            trial.set_user_attr(record.OUTCOME, record.OUTCOME_PRUNED)
+            self._emit("pruned", number=trial.number, **pruned)
+            raise optuna.TrialPruned(pruned["reason"])
+
+        trial.set_user_attr(record.OUTCOME, record.OUTCOME_OK)
+        trial.set_user_attr(record.FAILURE_CLASS, None)
+        values = self._point(summary)
+        self._emit(
+            "completed",
+            number=trial.number,
+            throughput=values.throughput,
+            latency=values.latency,
+            feasible=all(v <= 0 for v in constraints.values()),
+        )
+        return values.throughput, values.latency
+
+    def _check_feasibility(self, trial: optuna.Trial, flags: dict[str, Any]) -> None:
+        cfg = self.config
+        if cfg.model_memory is not None and cfg.gpu_memory_gb:
+            estimate = estimate_memory(flags, cfg.model_memory, cfg.gpu_memory_gb)
+            if not estimate.fits:
+                trial.set_user_attr(
+                    record.PREDICTION,
+                    {
+                        "reason": estimate.reason,
+                        "model": "memory",
+                        "failure": estimate.failure_class,
+                    },
+                )
+                self._end_without_launch(
+                    trial, record.OUTCOME_SKIPPED, estimate.failure_class, estimate.reason
+                )
+        if cfg.crash_model is None:
+            return
+        prediction = cfg.crash_model.predict(flags, self._launch_history(trial.study))
+        if prediction is None:
+            return
+        trial.set_user_attr(record.PREDICTION, {**prediction.to_dict(), "model": "classifier"})
+        if prediction.skip:
+            self._end_without_launch(trial, record.OUTCOME_SKIPPED, None, prediction.reason)
+
+    def _bench(self, trial: optuna.Trial, url: str, alive: Callable[[], bool]) -> Any:
+        from tuner.bench import BenchConfig, WorkloadSpec, run_bench
+
+        space = self.space
+        bench = space.bench
+        n_stages = int(bench.stages)
+        stages: list[dict[str, Any]] = []
+
+        def on_stage(stage: int, summary: dict[str, Any]) -> bool:
+            stages.append(dict(summary))
+            trial.set_user_attr(record.STAGES, stages)
+            point = self._point(summary)
+            self._emit(
+                "stage",
+                number=trial.number,
+                stage=stage,
+                n_stages=n_stages,
+                throughput=point.throughput,
+                latency=point.latency,
+            )
+            if not alive():
+                return False
+            decision = self.config.pruner.decide(
+                stage, n_stages, point, self._stage_history(trial.study, stage)
+            )
+            if decision.prune:
+                trial.set_user_attr(
+                    record.PRUNED,
+                    {
+                        "stage": stage,
+                        "reason": decision.reason,
+                        "time_saved_s": decision.time_saved_s,
+                    },
+                )
+                return False
+            return True
+
+        config = BenchConfig(
+            url=url,
+            workload=WorkloadSpec.from_dict(space.workload),
+            concurrency=bench.concurrency,
+            request_rate=bench.request_rate,
+            arrival=bench.arrival,
+            warmup_requests=bench.warmup_requests,
+            stages=n_stages,
+            api=bench.api,
+            api_key=self.config.target.api_key,
+            request_timeout_s=bench.timeout_s,
+        )
+        return run_bench(config, on_stage=on_stage)
+
+    def _slo_constraints(self, summary: dict[str, Any]) -> dict[str, float]:
+        out = {}
+        for slo in self.space.slos:
+            value = summary.get(slo.metric)
+            out[f"slo:{slo.metric}"] = 1.0 if value is None else float(slo.violation(float(value)))
+        return out
+
+
+def _default_already_taken(trial: optuna.Trial) -> bool:
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+    return any(
+        t.number < trial.number and t.user_attrs.get(record.IS_DEFAULT)
+        for t in trial.study.get_trials(deepcopy=False, states=states)
+    )
+
+
+def _finite(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.inf
+    return number if math.isfinite(number) else math.inf
+
+
+def _capacity_from_server_info(info: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "max_total_num_tokens" in info:
+        out["max_total_num_tokens"] = info["max_total_num_tokens"]
+    states = info.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        effective = states[0].get("effective_max_running_requests_per_dp")
+        if effective is not None:
+            out["max_running_requests"] = effective
+    if "sim_time_scale" in info:
+        out["time_scale"] = info["sim_time_scale"]
+    return out

@@ -1,0 +1,127 @@
+"""The live display of `tuner optimize`: one rich panel fed by the objective's events."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from tuner import record
+
+
+def _fmt_flags(flags: dict[str, Any]) -> str:
+    if not flags:
+        return "sglang defaults"
+    parts = []
+    for key, value in flags.items():
+        if value is None or value is False:
+            continue
+        parts.append(key if value is True else f"{key}={value}")
+    return " ".join(parts) or "sglang defaults"
+
+
+class OptimizeDisplay:
+    """Receives (kind, data) events and keeps a live panel up to date."""
+
+    def __init__(self, console: Console, total: int, throughput: str, latency: str) -> None:
+        self.console = console
+        self.total = total
+        self.throughput_name = throughput
+        self.latency_name = latency
+        self.started = time.monotonic()
+        self.done_at_start = 0
+        self.finished = 0
+        self.counts = {"completed": 0, "pruned": 0, "failed": 0, "skipped": 0}
+        self.current: dict[str, Any] = {}
+        self.best: list[tuple[float, float, int]] = []
+        self.live: Live | None = None
+
+    def __enter__(self) -> OptimizeDisplay:
+        self.live = Live(self.render(), console=self.console, refresh_per_second=4, transient=True)
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(None, None, None)
+            self.live = None
+
+    def __call__(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "start":
+            self.done_at_start = int(data.get("done", 0))
+            self.finished = self.done_at_start
+        elif kind == "sampled":
+            self.current = {
+                "number": data["number"],
+                "flags": "sglang defaults" if data.get("is_default") else _fmt_flags(data["flags"]),
+                "status": "checking",
+            }
+        elif kind == "launching":
+            self.current["status"] = "launching server"
+        elif kind == "ready":
+            cap = data.get("capacity", {})
+            self.current["status"] = (
+                f"benchmarking (max_running_requests={cap.get('max_running_requests', '?')})"
+            )
+        elif kind == "stage":
+            self.current["status"] = (
+                f"stage {data['stage'] + 1}/{data['n_stages']}: "
+                f"{data['throughput']:.1f} tok/s, {data['latency']:.1f} ms"
+            )
+        elif kind in ("completed", "pruned", "failed"):
+            self.finished += 1
+            if kind == "completed":
+                self.counts["completed"] += 1
+                if data.get("feasible", True):
+                    self.best.append((data["throughput"], data["latency"], data["number"]))
+                self._log(
+                    f"trial {data['number']}: {data['throughput']:.1f} tok/s, "
+                    f"{data['latency']:.1f} ms"
+                )
+            elif kind == "pruned":
+                self.counts["pruned"] += 1
+                self._log(f"trial {data['number']}: pruned at stage {data['stage'] + 1}")
+            else:
+                key = (
+                    "skipped"
+                    if data.get("outcome") in (record.OUTCOME_SKIPPED, record.OUTCOME_INVALID)
+                    else "failed"
+                )
+                self.counts[key] += 1
+                self._log(f"trial {data['number']}: {data.get('outcome')}: {data.get('message')}")
+            self.current = {}
+        if self.live is not None:
+            self.live.update(self.render())
+
+    def _log(self, line: str) -> None:
+        self.console.print(Text(line, style="dim"))
+
+    def render(self) -> Group:
+        elapsed = time.monotonic() - self.started
+        ran = self.finished - self.done_at_start
+        left = max(self.total - self.finished, 0)
+        eta = f"{elapsed / ran * left:.0f}s" if ran else "?"
+        head = Text.assemble(
+            ("trial ", "bold"),
+            (f"{min(self.finished + 1, self.total)}/{self.total}", "bold cyan"),
+            f"  completed {self.counts['completed']}  pruned {self.counts['pruned']}"
+            f"  failed {self.counts['failed']}  skipped {self.counts['skipped']}"
+            f"  elapsed {elapsed:.0f}s  remaining ~{eta}",
+        )
+        parts: list[Any] = [head]
+        if self.current:
+            parts.append(Text(f"#{self.current['number']} {self.current['flags']}"))
+            parts.append(Text(f"  {self.current['status']}", style="yellow"))
+        if self.best:
+            table = Table(title="best so far", box=None, show_header=True)
+            table.add_column("trial")
+            table.add_column(self.throughput_name, justify="right")
+            table.add_column(self.latency_name, justify="right")
+            for thr, lat, number in sorted(self.best, key=lambda b: -b[0])[:3]:
+                table.add_row(str(number), f"{thr:.1f}", f"{lat:.1f}")
+            parts.append(table)
+        return Group(*parts)

@@ -1,0 +1,47 @@
+"""The end-of-study printout: the Pareto front as a table, and where the study lives."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from tuner import record
+from tuner.space import SearchSpace
+from tuner.study import StudySummary
+
+
+def print_summary(console: Console, summary: StudySummary, space: SearchSpace) -> None:
+    counts = ", ".join(f"{n} {state.lower()}" for state, n in sorted(summary.counts.items()))
+    console.print(f"study [bold]{summary.study_name}[/bold]: {counts or 'no trials'}")
+    thr_name, lat_name = space.objectives.throughput, space.objectives.latency
+    default = summary.default_trial
+    if default is not None and default.values:
+        console.print(
+            f"default (trial {default.number}): {default.values[0]:.1f} {thr_name}, "
+            f"{default.values[1]:.1f} {lat_name}"
+        )
+    if not summary.pareto:
+        console.print("no feasible completed trial yet")
+    else:
+        table = Table(title="Pareto front (feasible trials)")
+        table.add_column("trial", justify="right")
+        table.add_column(thr_name, justify="right")
+        table.add_column(lat_name, justify="right")
+        table.add_column("running cap", justify="right")
+        table.add_column("tuned flags", overflow="fold")
+        for t in summary.pareto:
+            capacity = t.user_attrs.get(record.CAPACITY) or {}
+            tuned = " ".join(
+                f"{k}={v}" for k, v in t.params.items() if v is not None and v is not False
+            )
+            table.add_row(
+                str(t.number),
+                f"{t.values[0]:.1f}",
+                f"{t.values[1]:.1f}",
+                str(capacity.get("max_running_requests", "?")),
+                tuned or "sglang defaults",
+            )
+        console.print(table)
+    console.print(f"export one with: tuner export --study {summary.study_name} --pick knee")
+    console.print(f"study directory: {summary.study_dir}")
+    console.print(f"storage: {summary.storage_url}")

@@ -1,0 +1,154 @@
+"""Several trials at once on one machine: one worker process per GPU group (or per `--workers`).
+
+Each worker is an ordinary study worker (`run_trials`) on a shared storage: the journal file by
+default, because SQLite with several processes on one study ran duplicate trials in our
+measurements (DESIGN.md). This supervisor starts them, relays their progress events, and
+watches them: when a worker dies mid-trial, its trial is failed and queued again (the same
+callback RDB heartbeats use), its server's process group is killed, and a new worker takes its
+place. Across machines no supervisor is needed: run `tuner optimize --storage postgresql://...`
+on each node, and RDB heartbeats do the same recovery.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import multiprocessing as mp
+import os
+import queue
+import signal
+import time
+from dataclasses import replace
+from typing import Any
+
+import optuna
+from optuna.storages import RetryHeartbeatStaleTrialCallback
+from optuna.trial import TrialState
+
+from tuner.objective import EventHook
+from tuner.record import SERVER_PGID, WORKER
+from tuner.study import (
+    StudyOptions,
+    StudySummary,
+    finished_count,
+    open_study,
+    run_study,
+    summarize,
+)
+
+
+def gpu_groups(gpus: str | None, tp_size: int, workers: int) -> list[str | None]:
+    """`--gpus 0,1,2,3 --tp-size 2` -> ["0,1", "2,3"]; no GPUs -> `workers` x None."""
+    if not gpus:
+        return [None] * max(1, workers)
+    ids = [g.strip() for g in gpus.split(",") if g.strip()]
+    if tp_size < 1 or len(ids) % tp_size:
+        from tuner.errors import UserError
+
+        raise UserError(f"--gpus {gpus} cannot be split into groups of --tp-size {tp_size}")
+    return [",".join(ids[i : i + tp_size]) for i in range(0, len(ids), tp_size)]
+
+
+def _worker_main(options: StudyOptions, index: int, events: Any) -> None:
+    def relay(kind: str, data: dict[str, Any]) -> None:
+        with contextlib.suppress(Exception):
+            events.put((index, kind, data))
+
+    with contextlib.suppress(KeyboardInterrupt):
+        run_study(options, on_event=relay)
+
+
+def recover_dead_worker(study: optuna.Study, worker_tag: str) -> list[int]:
+    """Fail the dead worker's running trials, kill their servers, and queue them again."""
+    storage = study._storage
+    retried = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if t.user_attrs.get(WORKER) != worker_tag:
+            continue
+        pgid = t.user_attrs.get(SERVER_PGID)
+        if pgid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(pgid), signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            if storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
+                RetryHeartbeatStaleTrialCallback(max_retry=3)(
+                    study, copy.deepcopy(storage.get_trial(t._trial_id))
+                )
+                retried.append(t.number)
+    return retried
+
+
+def run_parallel(
+    options: StudyOptions, groups: list[str | None], on_event: EventHook | None = None
+) -> StudySummary:
+    """Run `len(groups)` workers on one study until it holds `options.trials` finished trials."""
+    if options.storage is None:
+        path = options.studies_dir / f"{options.study_name or _space_name(options)}.journal"
+        options = replace(options, storage=str(path))
+    study, _, name = open_study(options)
+    options = replace(options, study_name=name)
+    ctx = mp.get_context("spawn")
+    events = ctx.Queue()
+    procs: dict[int, Any] = {}
+
+    def spawn(index: int) -> None:
+        proc = ctx.Process(
+            target=_worker_main,
+            args=(replace(options, gpus=groups[index]), index, events),
+            name=f"tuner-worker-{index}",
+        )
+        proc.start()
+        procs[index] = proc
+
+    if on_event:
+        on_event("start", {"study": name, "done": finished_count(study), "total": options.trials})
+    for index in range(len(groups)):
+        spawn(index)
+    interrupted = False
+    try:
+        while procs:
+            _drain(events, on_event)
+            for index, proc in list(procs.items()):
+                if proc.is_alive():
+                    continue
+                proc.join()
+                del procs[index]
+                if proc.exitcode != 0:
+                    tag = f"{os.uname().nodename}:{proc.pid}"
+                    retried = recover_dead_worker(study, tag)
+                    if on_event:
+                        on_event(
+                            "worker_died",
+                            {"worker": index, "exitcode": proc.exitcode, "retried": retried},
+                        )
+                    if finished_count(study) < options.trials:
+                        spawn(index)
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        interrupted = True
+        # The terminal sent SIGINT to the workers too; give them time to stop their servers.
+        deadline = time.monotonic() + 30
+        for proc in procs.values():
+            proc.join(max(0.1, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(5)
+    _drain(events, on_event)
+    study = optuna.load_study(study_name=name, storage=study._storage)
+    return summarize(study, options.studies_dir / name, options, interrupted)
+
+
+def _drain(events: Any, on_event: EventHook | None) -> None:
+    while True:
+        try:
+            index, kind, data = events.get_nowait()
+        except queue.Empty:
+            return
+        if on_event:
+            on_event(kind, {**data, "worker": index})
+
+
+def _space_name(options: StudyOptions) -> str:
+    from tuner.space import default_space_path, load_space
+
+    return load_space(options.space_path or default_space_path()).name
