@@ -1,0 +1,311 @@
+"""Flags -> the configuration sglang actually runs: auto values filled in, start-up rules checked.
+
+sglang resolves several flags at start-up (the memory fraction, chunked prefill size, CUDA graph
+batch sizes, the speculative defaults, the Mamba strategy) and rejects some combinations with a
+ValueError or an assertion. ``resolve`` does the same, as a pure function, and raises
+``StartupFailure`` with sglang's wording.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuner.sim.args import ServerArgs
+from tuner.sim.failures import rule
+from tuner.sim.profiles import (
+    HardwareProfile,
+    ModelProfile,
+    load_hardware,
+    load_model,
+    model_from_hf_config,
+)
+
+SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+# sglang's default when speculation is on and --max-running-requests is unset.
+SPEC_DEFAULT_MAX_RUNNING = 48
+MB = 1024**2
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    algorithm: str  # resolved name: NEXTN is reported as EAGLE, as sglang does
+    requested: str  # the name on the command line
+    num_steps: int
+    topk: int
+    num_draft_tokens: int
+    uses_mtp_head: bool
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything the memory plan, the performance model and the server need."""
+
+    args: ServerArgs
+    hardware: HardwareProfile
+    model: ModelProfile
+    served_model_name: str
+    mem_fraction_static: float
+    mem_fraction_auto: bool
+    chunked_prefill_size: int  # -1 = chunking disabled
+    max_prefill_tokens: int
+    cuda_graph_max_bs_decode: int
+    cuda_graph_max_bs_prefill: int
+    page_size: int
+    context_length: int
+    overlap_schedule: bool
+    mamba_strategy: str | None  # resolved; None for models without linear attention
+    spec: SpecConfig | None
+    kv_dtype_bytes: int
+    ssm_dtype_bytes: int
+    host_ram_gib: float
+    warnings: tuple[str, ...]
+
+    @property
+    def radix_cache(self) -> bool:
+        return not self.args.disable_radix_cache
+
+    @property
+    def hicache(self) -> bool:
+        return self.args.enable_hierarchical_cache
+
+    @property
+    def sglang_version(self) -> str:
+        return self.args.sglang_version
+
+
+def gpu_defaults(gpu_memory_gib: float) -> tuple[int, int]:
+    """(chunked_prefill_size, cuda_graph_max_bs) sglang picks for a GPU of this size."""
+    if gpu_memory_gib < 20:
+        return 2048, 8
+    if gpu_memory_gib < 35:
+        return 2048, 24
+    if gpu_memory_gib < 60:
+        return 4096, 80
+    if gpu_memory_gib < 90:
+        return 8192, 160
+    if gpu_memory_gib < 160:
+        return 8192, 256
+    return 16384, 512
+
+
+def auto_mem_fraction(
+    gpu_memory_gib: float, chunked_prefill_size: int, cuda_graph_max_bs: int, speculative: bool
+) -> float:
+    """sglang's automatic --mem-fraction-static: (GPU memory - reserved) / GPU memory."""
+    reserved_mb = 512 + 1.5 * max(chunked_prefill_size, 2048) + 2 * cuda_graph_max_bs
+    if gpu_memory_gib > 60:
+        reserved_mb = max(reserved_mb, 10 * 1024)
+    if speculative:
+        reserved_mb += 4 * 1024
+    total_mb = gpu_memory_gib * 1024
+    return round((total_mb - reserved_mb) / total_mb, 3)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
+
+
+def _resolve_spec(args: ServerArgs, model: ModelProfile) -> tuple[SpecConfig | None, list[str]]:
+    warnings: list[str] = []
+    if args.speculative_algorithm is None:
+        return None, warnings
+    name = args.speculative_algorithm.upper()
+    if name not in SPEC_ALGORITHMS:
+        raise rule(f"Unknown speculative algorithm name: {args.speculative_algorithm}")
+    steps, topk, draft = (
+        args.speculative_num_steps,
+        args.speculative_eagle_topk,
+        args.speculative_num_draft_tokens,
+    )
+    if steps is None and topk is None and draft is None:
+        steps, topk, draft = 3, 1, 4
+    elif steps is None:
+        raise rule(
+            "--speculative-num-steps must be set when --speculative-eagle-topk or "
+            "--speculative-num-draft-tokens is set"
+        )
+    topk = 1 if topk is None else topk
+    if draft is None:
+        draft = steps + 1 if topk == 1 else steps * topk + 1
+    if steps < 1 or topk < 1 or draft < 1:
+        raise rule(
+            "speculative_num_steps, speculative_eagle_topk and "
+            "speculative_num_draft_tokens must be positive"
+        )
+    if topk == 1 and draft != steps + 1:
+        warnings.append(
+            f"speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 = {steps + 1} "
+            "when speculative_eagle_topk == 1"
+        )
+        draft = steps + 1
+    uses_mtp = False
+    if name in ("NEXTN", "EAGLE"):
+        uses_mtp = model.mtp is not None and args.speculative_draft_model_path is None
+        if not uses_mtp and args.speculative_draft_model_path is None:
+            raise rule(
+                f"{name} speculative decoding needs --speculative-draft-model-path: "
+                f"{model.name} has no MTP (nextn) layers"
+            )
+    elif name in ("EAGLE3", "STANDALONE") and args.speculative_draft_model_path is None:
+        raise rule(f"--speculative-draft-model-path is required for {name}")
+    resolved = "EAGLE" if name == "NEXTN" else name
+    if name == "NEXTN":
+        warnings.append("NEXTN is resolved to EAGLE (the model's MTP layers are the draft model)")
+    return SpecConfig(resolved, args.speculative_algorithm, steps, topk, draft, uses_mtp), warnings
+
+
+def resolve(args: ServerArgs) -> SimConfig:
+    """Load the profiles named by the flags and resolve every auto value; raise on a bad combo."""
+    hardware = load_hardware(args.sim_hardware)
+    if args.sim_model:
+        model = load_model(args.sim_model)
+    elif args.model_path and _is_hf_dir(args.model_path):
+        model = model_from_hf_config(args.model_path)
+    else:
+        model = load_model(None)
+    return resolve_with(args, hardware, model)
+
+
+def _is_hf_dir(path: str) -> bool:
+    return (Path(path) / "config.json").is_file()
+
+
+def resolve_with(args: ServerArgs, hardware: HardwareProfile, model: ModelProfile) -> SimConfig:
+    warnings: list[str] = []
+    version = _version_tuple(args.sglang_version)
+    spec, spec_warnings = _resolve_spec(args, model)
+    warnings += spec_warnings
+
+    if args.tp_size != 1 or args.dp_size != 1:
+        raise rule("the simulator models one GPU: --tp-size and --dp-size must be 1")
+    if args.page_size is not None and args.page_size < 1:
+        raise rule("--page-size must be >= 1")
+    page_size = args.page_size or 1
+
+    default_chunk, default_graph_bs = gpu_defaults(hardware.gpu_memory_gib)
+    chunk = default_chunk if args.chunked_prefill_size is None else args.chunked_prefill_size
+    if chunk == 0 or chunk < -1:
+        raise rule("--chunked-prefill-size must be positive or -1 (disabled)")
+    graph_bs = args.cuda_graph_max_bs_decode or default_graph_bs
+    graph_bs_prefill = args.cuda_graph_max_bs_prefill or 0
+    if args.disable_cuda_graph:
+        graph_bs = 0
+
+    overlap = not args.disable_overlap_schedule
+    strategy: str | None = None
+    if model.hybrid:
+        strategy = args.mamba_radix_cache_strategy
+        if strategy == "auto":
+            strategy = "extra_buffer" if (overlap or page_size > 1) else "no_buffer"
+        if strategy in ("extra_buffer", "extra_buffer_lazy"):
+            if not model.supports_extra_buffer:
+                raise rule(
+                    f"mamba radix cache strategy {strategy} is not supported for "
+                    f"{model.architecture}"
+                )
+            if spec is not None and args.mamba_track_interval < spec.num_draft_tokens:
+                raise rule(
+                    f"mamba_track_interval ({args.mamba_track_interval}) must be >= "
+                    f"speculative_num_draft_tokens ({spec.num_draft_tokens})",
+                    "AssertionError",
+                )
+            if args.mamba_track_interval % page_size != 0:
+                raise rule(
+                    f"mamba_track_interval ({args.mamba_track_interval}) must be divisible by "
+                    f"page_size ({page_size})",
+                    "AssertionError",
+                )
+            if args.disable_radix_cache and version < (0, 5, 23):
+                raise rule(
+                    f"{strategy} mamba scheduler strategy requires the radix cache; "
+                    "remove --disable-radix-cache"
+                )
+        if strategy == "no_buffer":
+            if page_size != 1:
+                raise rule("no_buffer mamba scheduler strategy requires --page-size 1")
+            if overlap:
+                warnings.append(
+                    "Overlap scheduler is disabled when using the no_buffer mamba "
+                    "scheduler strategy."
+                )
+                overlap = False
+            if spec is not None and not args.disable_radix_cache and version < (0, 5, 23):
+                raise rule(
+                    "Speculative decoding for hybrid linear-attention models with the no_buffer "
+                    "strategy and the radix cache is not supported: use "
+                    "--mamba-scheduler-strategy extra_buffer and set SGLANG_ENABLE_SPEC_V2=1, "
+                    "or --disable-radix-cache"
+                )
+    if args.enable_hierarchical_cache:
+        if args.disable_radix_cache:
+            raise rule(
+                "The arguments enable-hierarchical-cache and disable-radix-cache are "
+                "mutually exclusive and cannot be used at the same time. Please use only "
+                "one of them."
+            )
+        if version < (0, 5, 23) and model.hybrid:
+            raise rule(
+                "Hierarchical cache is not supported for hybrid linear-attention models "
+                f"in sglang {args.sglang_version}"
+            )
+        if version < (0, 5, 23) and spec is not None:
+            raise rule(
+                "Hierarchical cache is not supported with speculative decoding in "
+                f"sglang {args.sglang_version}"
+            )
+        if args.hicache_size == 0 and args.hicache_ratio <= 1.0:
+            raise rule(
+                "The host memory should be larger than the device memory with the "
+                "current protocol: --hicache-ratio must be > 1",
+                "AssertionError",
+            )
+
+    context = args.context_length or model.context_length
+    if args.context_length and args.context_length > model.context_length:
+        warnings.append(
+            f"context_length {args.context_length} is larger than the model's "
+            f"max_position_embeddings {model.context_length}"
+        )
+    if args.mem_fraction_static is not None:
+        if not 0.0 < args.mem_fraction_static < 1.0:
+            raise rule("--mem-fraction-static must be in (0, 1)")
+        fraction, auto = args.mem_fraction_static, False
+    else:
+        fraction = auto_mem_fraction(
+            hardware.gpu_memory_gib, chunk, graph_bs or default_graph_bs, spec is not None
+        )
+        auto = True
+    kv_bytes = 1 if args.kv_cache_dtype.startswith("fp8") else model.dtype_bytes
+    if args.kv_cache_dtype == "fp4_e2m1":
+        kv_bytes = 1  # packed 4-bit with scales: counted as one byte per element
+    ssm_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}[args.mamba_ssm_dtype]
+    if spec is not None and args.max_running_requests is None:
+        warnings.append(
+            f"max_running_requests is set to {SPEC_DEFAULT_MAX_RUNNING} for "
+            "speculative decoding. You can override this by explicitly setting "
+            "--max-running-requests."
+        )
+    host_ram = args.sim_host_ram_gb if args.sim_host_ram_gb is not None else hardware.host_ram_gib
+    return SimConfig(
+        args=args,
+        hardware=hardware,
+        model=model,
+        served_model_name=args.served_model_name or args.model_path or model.name,
+        mem_fraction_static=fraction,
+        mem_fraction_auto=auto,
+        chunked_prefill_size=chunk,
+        max_prefill_tokens=args.max_prefill_tokens,
+        cuda_graph_max_bs_decode=graph_bs,
+        cuda_graph_max_bs_prefill=graph_bs_prefill,
+        page_size=page_size,
+        context_length=context,
+        overlap_schedule=overlap,
+        mamba_strategy=strategy,
+        spec=spec,
+        kv_dtype_bytes=kv_bytes,
+        ssm_dtype_bytes=ssm_bytes,
+        host_ram_gib=host_ram,
+        warnings=tuple(warnings),
+    )

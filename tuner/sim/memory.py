@@ -1,0 +1,243 @@
+"""The start-up memory plan: weights, Mamba state pool, KV pool, activations, HiCache host pool.
+
+A pure function of the resolved configuration, shared by the server (which prints it and serves
+within it) and the oracle (which predicts from it). It follows sglang's sizing (SGLANG.md):
+
+- the static pool is ``mem_fraction_static`` of the GPU; what is left of it after the weights
+  (and the draft head) is the "rest" for state and KV pools;
+- on hybrid models, with speculative decoding, an intermediate-state reserve of
+  (state bytes per request) x max_running_requests x draft tokens is taken out first
+  (max_running_requests is 48 when unset); the remainder is split between recurrent-state slots
+  and the KV pool by ``--mamba-full-memory-ratio`` (state : KV), unless
+  ``--max-mamba-cache-size`` fixes the slot count;
+- ``max_running_requests`` <= slots // ratio (3, +2 with extra_buffer and overlap, +1 without
+  overlap; 1 with the radix cache disabled);
+- what is outside the static pool must hold the CUDA graphs and the activations, else sglang dies
+  with a CUDA graph capture failure or a torch out-of-memory error.
+
+    >>> from tuner.sim.args import parse_args
+    >>> from tuner.sim.config import resolve
+    >>> plan_memory(resolve(parse_args([]))).max_running_requests
+    19
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tuner.sim.config import SPEC_DEFAULT_MAX_RUNNING, SimConfig
+from tuner.sim.failures import cuda_graph_failed, cuda_oom, not_enough_memory, rule
+
+GIB = 1024**3
+# Requests the non-hybrid request pool holds at most (sglang's req_to_token pool bound).
+MAX_REQ_POOL = 4096
+# Allocator workspace outside the pools that every forward pass needs (cuBLAS, attention).
+WORKSPACE_GIB = 0.5
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    gpu_total_gib: float
+    mem_fraction_static: float
+    weight_gib: float
+    draft_weight_gib: float
+    runtime_overhead_gib: float
+    rest_gib: float  # static pool left after weights, for state and KV pools
+    spec_reserve_gib: float  # intermediate-state reserve taken before sizing the Mamba pool
+    mamba_slots: int  # max_mamba_cache_size (0 for plain-attention models)
+    mamba_slot_ratio: int  # slots per running request
+    state_bytes_per_request: int
+    conv_state_gib: float
+    ssm_state_gib: float
+    intermediate_ssm_gib: float
+    intermediate_conv_gib: float
+    kv_bytes_per_token: int
+    max_total_num_tokens: int
+    kv_k_gib: float
+    kv_v_gib: float
+    max_running_requests: int
+    chunked_prefill_size: int
+    max_prefill_tokens: int
+    context_len: int
+    max_req_input_len: int
+    available_gpu_mem_gib: float  # free after pools and CUDA graphs, as sglang logs it
+    cuda_graph_gib: float
+    activation_gib: float
+    hicache_host_tokens: int
+    hicache_host_gib: float
+    mamba_host_slots: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def mamba_slot_ratio(config: SimConfig) -> int:
+    """State slots each running request accounts for (the rest hold the prefix cache's states)."""
+    if not config.radix_cache:
+        return 1
+    ratio = 3
+    if config.mamba_strategy in ("extra_buffer", "extra_buffer_lazy"):
+        ratio += 2 if config.overlap_schedule else 1
+    return ratio
+
+
+def _page_floor(tokens: float, page: int) -> int:
+    return int(tokens // page) * page
+
+
+def plan_memory(config: SimConfig) -> MemoryPlan:
+    """Size every pool for this configuration; raise StartupFailure as sglang would fail."""
+    hw, model, args, spec = config.hardware, config.model, config.args, config.spec
+    total = hw.gpu_memory_gib
+    weights = model.weight_bytes / GIB
+    draft = 0.0
+    if spec is not None:
+        if spec.uses_mtp_head and model.mtp is not None:
+            draft = model.mtp.head_bytes / GIB
+        elif spec.algorithm in ("EAGLE", "EAGLE3"):
+            draft = 0.6 * model.hidden_size * model.hidden_size * 12 * 2 / GIB + 0.5
+        elif spec.algorithm == "STANDALONE":
+            draft = weights * 0.1
+    static = config.mem_fraction_static * total
+    rest = static - hw.runtime_overhead_gib - weights - draft
+    if rest <= 0:
+        raise not_enough_memory()
+
+    kv_per_token = model.kv_bytes_per_token(config.kv_dtype_bytes)
+    if spec is not None and spec.uses_mtp_head and model.mtp is not None:
+        # the MTP layer keeps its own KV in the same pool layout
+        kv_per_token += (
+            model.mtp.layers * 2 * model.num_kv_heads * model.head_dim * (config.kv_dtype_bytes)
+        )
+    state = model.state_bytes_per_request(config.ssm_dtype_bytes) if model.hybrid else 0
+    ssm_one = model.ssm_state_bytes(config.ssm_dtype_bytes) if model.hybrid else 0
+    conv_one = model.conv_state_bytes() if model.hybrid else 0
+    draft_tokens = spec.num_draft_tokens if spec is not None else 0
+    explicit_cap = args.max_running_requests
+    cap = explicit_cap
+    if spec is not None and cap is None:
+        cap = SPEC_DEFAULT_MAX_RUNNING
+
+    reserve = 0.0
+    slots = 0
+    ratio = 1
+    state_gib = conv_gib = ssm_gib = 0.0
+    if model.hybrid:
+        ratio = mamba_slot_ratio(config)
+        if spec is not None:
+            reserve = state * (cap or 0) * draft_tokens / GIB
+        avail = rest - reserve
+        if args.max_mamba_cache_size is not None:
+            slots = args.max_mamba_cache_size
+        else:
+            share = args.mamba_full_memory_ratio / (1.0 + args.mamba_full_memory_ratio)
+            slots = int(max(avail, 0.0) * share * GIB // state) if avail > 0 else 0
+        # the pool has one padding slot more than it hands out
+        conv_gib = (slots + 1) * conv_one / GIB
+        ssm_gib = (slots + 1) * ssm_one / GIB
+        state_gib = conv_gib + ssm_gib
+        kv_gib = avail - state_gib
+        max_running = slots // ratio
+        if cap is not None:
+            max_running = min(max_running, cap)
+        if max_running < 1:
+            raise not_enough_memory()
+    else:
+        kv_gib = rest
+    tokens = _page_floor(max(kv_gib, 0.0) * GIB / kv_per_token, config.page_size)
+    if args.max_total_tokens is not None:
+        tokens = min(tokens, _page_floor(args.max_total_tokens, config.page_size))
+    if tokens <= 0:
+        raise not_enough_memory()
+    if not model.hybrid:
+        max_running = min(MAX_REQ_POOL, max(tokens // 2, 1))
+        if cap is not None:
+            max_running = min(max_running, cap)
+
+    inter_ssm = inter_conv = 0.0
+    if model.hybrid and spec is not None:
+        inter_ssm = (max_running + 1) * draft_tokens * ssm_one / GIB
+        inter_conv = (max_running + 1) * draft_tokens * conv_one / GIB
+    kv_used_gib = tokens * kv_per_token / GIB
+
+    # Outside the pools: CUDA graphs are captured first, then the first prefill needs activations.
+    pools = weights + draft + kv_used_gib + state_gib + inter_ssm + inter_conv
+    free = total - hw.runtime_overhead_gib - pools
+    graph_bs = config.cuda_graph_max_bs_decode
+    graph_gib = graph_bs * model.cuda_graph_bytes_per_bs / GIB
+    if spec is not None:
+        graph_gib *= 1.0 + 0.25 * spec.num_steps  # draft and verify graphs
+    graph_gib += config.cuda_graph_max_bs_prefill * model.cuda_graph_bytes_per_bs * 4 / GIB
+    chunk = (
+        config.chunked_prefill_size
+        if config.chunked_prefill_size > 0
+        else (config.max_prefill_tokens)
+    )
+    logits = max_running * max(draft_tokens, 1) * model.vocab_size * 4
+    act_gib = (chunk * model.activation_bytes_per_token + logits) / GIB
+    if graph_bs and free < WORKSPACE_GIB + graph_gib:
+        raise cuda_graph_failed(graph_gib / 4, total, free - WORKSPACE_GIB)
+    if free < WORKSPACE_GIB + graph_gib + act_gib:
+        raise cuda_oom(act_gib, total, free - WORKSPACE_GIB - graph_gib)
+
+    host_tokens = 0
+    host_gib = 0.0
+    host_slots = 0
+    if config.hicache:
+        if args.hicache_size > 0:
+            host_tokens = int(args.hicache_size * GIB // kv_per_token)
+        else:
+            host_tokens = int(tokens * args.hicache_ratio)
+        host_tokens = _page_floor(host_tokens, config.page_size)
+        if model.hybrid:
+            host_slots = int(
+                slots
+                * (args.hicache_ratio if args.hicache_size == 0 else host_tokens / max(tokens, 1))
+            )
+        host_gib = (host_tokens * kv_per_token + host_slots * state) / GIB
+        if host_tokens <= tokens:
+            raise rule(
+                "The host memory should be larger than the device memory with the current "
+                f"protocol: host pool {host_tokens} tokens <= device pool {tokens} tokens",
+                "AssertionError",
+            )
+        if host_gib * GIB > config.host_ram_gib * GIB:
+            raise rule(
+                f"Not enough host memory available. Requesting {host_gib * GIB / 1e9:.2f} GB but "
+                f"only have {config.host_ram_gib * GIB / 1e9:.2f} GB free. Please reduce the "
+                "size of the hierarchical cache."
+            )
+
+    context = config.context_length
+    return MemoryPlan(
+        gpu_total_gib=total,
+        mem_fraction_static=config.mem_fraction_static,
+        weight_gib=weights,
+        draft_weight_gib=draft,
+        runtime_overhead_gib=hw.runtime_overhead_gib,
+        rest_gib=rest,
+        spec_reserve_gib=reserve,
+        mamba_slots=slots,
+        mamba_slot_ratio=ratio,
+        state_bytes_per_request=state,
+        conv_state_gib=conv_gib,
+        ssm_state_gib=ssm_gib,
+        intermediate_ssm_gib=inter_ssm,
+        intermediate_conv_gib=inter_conv,
+        kv_bytes_per_token=kv_per_token,
+        max_total_num_tokens=tokens,
+        kv_k_gib=kv_used_gib / 2,
+        kv_v_gib=kv_used_gib / 2,
+        max_running_requests=max_running,
+        chunked_prefill_size=config.chunked_prefill_size,
+        max_prefill_tokens=config.max_prefill_tokens,
+        context_len=context,
+        max_req_input_len=min(context - 1, tokens - 1),
+        available_gpu_mem_gib=free - graph_gib,
+        cuda_graph_gib=graph_gib,
+        activation_gib=act_gib,
+        hicache_host_tokens=host_tokens,
+        hicache_host_gib=host_gib,
+        mamba_host_slots=host_slots,
+    )

@@ -1,0 +1,306 @@
+"""Hardware and model profiles: the YAML files shipped in tuner/sim/profiles/ and their loaders.
+
+A profile is named by its file stem (``rtx-pro-6000-blackwell``) or given as a path to a YAML
+file. A model profile can also be derived from a Hugging Face ``config.json`` (``--model-path``
+pointing at a local directory), so the simulator can stand in for a checkpoint it has no file for.
+
+    >>> hw = load_hardware("h200"); hw.gpu_memory_gib
+    139.81
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+DEFAULT_HARDWARE = "rtx-pro-6000-blackwell"
+DEFAULT_MODEL = "qwen3.6-27b"
+GIB = 1024**3
+
+
+class ProfileError(ValueError):
+    """A profile name or file that cannot be used; the message names it and what is allowed."""
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    name: str
+    description: str
+    gpu_memory_gib: float
+    runtime_overhead_gib: float
+    hbm_bandwidth_gb_s: float
+    hbm_efficiency: float
+    bf16_tflops: float
+    compute_efficiency: float
+    pcie_gb_s: float
+    host_ram_gib: float
+    step_overhead_ms: float
+    eager_overhead_ms: float
+    per_request_overhead_ms: float
+    no_overlap_overhead_ms: float
+
+    @property
+    def gpu_memory_bytes(self) -> float:
+        return self.gpu_memory_gib * GIB
+
+    @property
+    def effective_bandwidth(self) -> float:
+        """Bytes per second a memory-bound step streams from device memory."""
+        return self.hbm_bandwidth_gb_s * 1e9 * self.hbm_efficiency
+
+    @property
+    def effective_flops(self) -> float:
+        return self.bf16_tflops * 1e12 * self.compute_efficiency
+
+    @property
+    def pcie_bytes_per_s(self) -> float:
+        return self.pcie_gb_s * 1e9
+
+
+@dataclass(frozen=True)
+class MtpProfile:
+    layers: int
+    head_bytes: float
+    step_read_bytes: float
+    acceptance: float
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    name: str
+    description: str
+    architecture: str
+    hybrid: bool
+    num_layers: int
+    full_attention_layers: int
+    linear_attention_layers: int
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    context_length: int
+    dtype_bytes: int
+    weight_bytes: float
+    decode_weight_bytes: float
+    active_params: float
+    mamba_conv_elements_per_layer: int
+    mamba_conv_dtype_bytes: int
+    mamba_ssm_elements_per_layer: int
+    supports_extra_buffer: bool
+    activation_bytes_per_token: float
+    cuda_graph_bytes_per_bs: float
+    mtp: MtpProfile | None
+
+    def kv_bytes_per_token(self, kv_dtype_bytes: int | None = None) -> int:
+        """Full-attention K and V bytes one token occupies in the KV pool."""
+        width = self.dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+        return self.full_attention_layers * 2 * self.num_kv_heads * self.head_dim * width
+
+    def conv_state_bytes(self) -> int:
+        """Conv window bytes of one request's recurrent state, all linear layers."""
+        return (
+            self.linear_attention_layers
+            * self.mamba_conv_elements_per_layer
+            * self.mamba_conv_dtype_bytes
+        )
+
+    def ssm_state_bytes(self, ssm_dtype_bytes: int = 4) -> int:
+        return self.linear_attention_layers * self.mamba_ssm_elements_per_layer * ssm_dtype_bytes
+
+    def state_bytes_per_request(self, ssm_dtype_bytes: int = 4) -> int:
+        return self.conv_state_bytes() + self.ssm_state_bytes(ssm_dtype_bytes)
+
+    @property
+    def flops_per_token(self) -> float:
+        return 2.0 * self.active_params
+
+    def attention_flops_per_token(self, context: float) -> float:
+        """QK^T and PV FLOPs of the full-attention layers for one token at this context."""
+        return 4.0 * self.full_attention_layers * self.num_attention_heads * self.head_dim * context
+
+
+def available(kind: str) -> list[str]:
+    """Names of the shipped profiles of one kind ("hardware" or "model")."""
+    return sorted(p.stem for p in (PROFILE_DIR / kind).glob("*.yaml"))
+
+
+def _read_yaml(kind: str, name_or_path: str) -> dict[str, Any]:
+    path = Path(name_or_path)
+    if name_or_path.endswith((".yaml", ".yml")):
+        if not path.is_file():
+            raise ProfileError(f"{kind} profile file not found: {name_or_path}")
+    else:
+        path = PROFILE_DIR / kind / f"{name_or_path}.yaml"
+        if not path.is_file():
+            names = ", ".join(available(kind))
+            raise ProfileError(f"unknown {kind} profile {name_or_path!r}; shipped: {names}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{path}: not valid YAML ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ProfileError(f"{path}: a {kind} profile must be a mapping")
+    return data
+
+
+def _build(cls: type, data: dict[str, Any], source: str) -> Any:
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    missing = sorted(names - set(data))
+    if unknown:
+        raise ProfileError(f"{source}: unknown keys {unknown}; allowed: {sorted(names)}")
+    if missing:
+        raise ProfileError(f"{source}: missing keys {missing}")
+    return cls(**data)
+
+
+def load_hardware(name_or_path: str | None = None) -> HardwareProfile:
+    data = _read_yaml("hardware", name_or_path or DEFAULT_HARDWARE)
+    numeric = {
+        k: float(v) if isinstance(v, int | float | str) and k not in ("name", "description") else v
+        for k, v in data.items()
+    }
+    return _build(HardwareProfile, numeric, name_or_path or DEFAULT_HARDWARE)
+
+
+def _model_from_dict(data: dict[str, Any], source: str) -> ModelProfile:
+    data = dict(data)
+    mtp = data.get("mtp")
+    if mtp is not None:
+        data["mtp"] = _build(
+            MtpProfile,
+            {k: float(v) if k != "layers" else int(v) for k, v in mtp.items()},
+            f"{source}: mtp",
+        )
+    for key in (
+        "weight_bytes",
+        "decode_weight_bytes",
+        "active_params",
+        "activation_bytes_per_token",
+        "cuda_graph_bytes_per_bs",
+    ):
+        if key in data:
+            data[key] = float(data[key])
+    return _build(ModelProfile, data, source)
+
+
+def load_model(name_or_path: str | None = None) -> ModelProfile:
+    source = name_or_path or DEFAULT_MODEL
+    return _model_from_dict(_read_yaml("model", source), source)
+
+
+def model_from_hf_config(model_dir: str | Path) -> ModelProfile:
+    """Derive a model profile from a Hugging Face config.json (bf16 weights assumed).
+
+    Understands Llama/Qwen-style dense configs and Qwen3-Next / Qwen3.5-style hybrid configs
+    (``layer_types`` or ``full_attention_interval``, ``linear_*`` head fields), also when the
+    language model sits under ``text_config``.
+    """
+    path = Path(model_dir) / "config.json"
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ProfileError(f"{path}: cannot read a Hugging Face config ({exc})") from exc
+    cfg = raw.get("text_config", raw) if isinstance(raw.get("text_config"), dict) else raw
+    try:
+        layers = int(cfg["num_hidden_layers"])
+        hidden = int(cfg["hidden_size"])
+        ffn = int(cfg["intermediate_size"])
+        heads = int(cfg["num_attention_heads"])
+    except KeyError as exc:
+        raise ProfileError(f"{path}: missing key {exc.args[0]!r}") from exc
+    kv_heads = int(cfg.get("num_key_value_heads", heads))
+    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    vocab = int(cfg.get("vocab_size", 32000))
+    context = int(cfg.get("max_position_embeddings", 32768))
+    arch = (raw.get("architectures") or cfg.get("architectures") or ["Unknown"])[0]
+
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list) and layer_types:
+        full = sum(1 for t in layer_types if "full" in str(t))
+    elif "full_attention_interval" in cfg:
+        full = layers // int(cfg["full_attention_interval"])
+    else:
+        full = layers
+    linear = layers - full
+    hybrid = linear > 0
+
+    conv_elems = ssm_elems = 0
+    linear_params = 0.0
+    if hybrid:
+        k_heads = int(cfg.get("linear_num_key_heads", 16))
+        v_heads = int(cfg.get("linear_num_value_heads", 32))
+        dk = int(cfg.get("linear_key_head_dim", 128))
+        dv = int(cfg.get("linear_value_head_dim", 128))
+        kernel = int(cfg.get("linear_conv_kernel_dim", 4))
+        key_dim, value_dim = k_heads * dk, v_heads * dv
+        conv_elems = (2 * key_dim + value_dim) * (kernel - 1)
+        ssm_elems = v_heads * dk * dv
+        linear_params = hidden * (2 * key_dim + 2 * value_dim) + value_dim * hidden
+
+    experts = int(cfg.get("num_experts", 0) or 0)
+    moe_ffn = int(cfg.get("moe_intermediate_size", ffn) or ffn)
+    active_experts = int(cfg.get("num_experts_per_tok", 0) or 0)
+    attn_params = (
+        hidden * heads * head_dim * (2 if hybrid else 1) + 2 * hidden * kv_heads * head_dim
+    )
+    attn_params += heads * head_dim * hidden
+    if experts:
+        mlp_total = 3 * hidden * moe_ffn * experts
+        mlp_active = 3 * hidden * moe_ffn * max(active_experts, 1)
+    else:
+        mlp_total = mlp_active = 3 * hidden * ffn
+    embed = vocab * hidden
+    tied = bool(cfg.get("tie_word_embeddings", False))
+    total = (
+        full * attn_params
+        + linear * linear_params
+        + layers * mlp_total
+        + embed * (1 if tied else 2)
+    )
+    active = full * attn_params + linear * linear_params + layers * mlp_active + embed
+    mtp_layers = int(cfg.get("num_nextn_predict_layers", cfg.get("mtp_num_hidden_layers", 0)) or 0)
+    mtp = None
+    if mtp_layers:
+        head = (attn_params + mlp_total + 2 * hidden * hidden) * mtp_layers * 2
+        mtp = MtpProfile(
+            layers=mtp_layers,
+            head_bytes=head,
+            step_read_bytes=head / mtp_layers + embed * 2,
+            acceptance=0.8,
+        )
+    return ModelProfile(
+        name=Path(model_dir).name,
+        description=f"derived from {path.name} ({arch})",
+        architecture=arch,
+        hybrid=hybrid,
+        num_layers=layers,
+        full_attention_layers=full,
+        linear_attention_layers=linear,
+        hidden_size=hidden,
+        intermediate_size=ffn,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=vocab,
+        context_length=context,
+        dtype_bytes=2,
+        weight_bytes=total * 2.0,
+        # active counts the lm_head once and leaves out the input embedding, as a decode step does
+        decode_weight_bytes=active * 2.0,
+        active_params=float(active),
+        mamba_conv_elements_per_layer=conv_elems,
+        mamba_conv_dtype_bytes=2,
+        mamba_ssm_elements_per_layer=ssm_elems,
+        supports_extra_buffer=hybrid,
+        activation_bytes_per_token=float(hidden * 2 * 12 + ffn * 2 * 3),
+        cuda_graph_bytes_per_bs=float(1e6 + layers * 4e4),
+        mtp=mtp,
+    )

@@ -1,0 +1,89 @@
+"""One request inside the simulator, and the record of it that /sim/requests returns."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tuner.sim.radix import Node
+
+
+@dataclass
+class SimRequest:
+    rid: str
+    prompt: list[int]
+    max_new_tokens: int
+    target_len: int  # tokens it will generate (max_new_tokens with ignore_eos, else sampled)
+    arrival: float  # modelled seconds
+    seed: int = 0
+    keys: list[int] = field(default_factory=list)  # chained block hashes of the prompt
+    # progress, written by the scheduler
+    cached: int = 0
+    host_loaded: int = 0
+    prefilled: int = 0
+    generated: int = 0
+    released: int = 0
+    release_t: float = 0.0
+    verify_ct: int = 0
+    first_token_t: float | None = None
+    finish_t: float | None = None
+    finished: bool = False
+    aborted: bool = False
+    error: str | None = None
+    node: Node | None = None
+    owned: int = 0  # KV tokens this request holds outside the prefix cache
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt)
+
+    @property
+    def spec_accept_length(self) -> float | None:
+        if self.verify_ct == 0:
+            return None
+        # sglang's definition: completion tokens / verify steps
+        return self.generated / self.verify_ct
+
+    @property
+    def finish_reason(self) -> dict[str, Any] | None:
+        if not self.finished:
+            return None
+        if self.error:
+            return {"type": "abort", "message": self.error}
+        if self.generated >= self.max_new_tokens:
+            return {"type": "length", "length": self.generated}
+        return {"type": "stop", "matched": 151645}
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """What /sim/requests reports for one request; times in modelled seconds since start."""
+
+    rid: str
+    arrival_s: float
+    first_token_s: float | None
+    finish_s: float | None
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    spec_accept_length: float | None
+    error: str | None
+
+    @classmethod
+    def of(cls, req: SimRequest) -> RequestRecord:
+        return cls(
+            rid=req.rid,
+            arrival_s=req.arrival,
+            first_token_s=req.first_token_t,
+            finish_s=req.finish_t,
+            prompt_tokens=req.prompt_len,
+            completion_tokens=req.generated,
+            cached_tokens=req.cached,
+            spec_accept_length=req.spec_accept_length,
+            error=req.error,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,597 @@
+"""Continuous batching in modelled time: a queue, chunked prefill, decode steps, the prefix cache.
+
+The scheduler is a discrete-event simulation tied to the wall clock through the time scale. Like
+sglang's, each round either runs a prefill batch (new requests, chunked at
+``chunked_prefill_size``; the running requests wait) or one decode step for every running
+request. To keep CPU cost low it does not wake up per step: it plans a run of decode steps up to
+the next event (a request finishing, an arrival that can be admitted, a stream flush) and sleeps
+until then. Timestamps are exact modelled times; token chunks are released to the HTTP streams
+at most every flush interval (the first and last token at once), like ``--stream-interval``.
+
+If the process falls behind the wall clock (CPU starved) by more than ``MAX_LAG_WALL_S`` the
+modelled timeline is shifted, as if the GPU had stalled, so that what clients measure and what
+the records say stay consistent; the shift is reported as ``stall_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+
+from tuner.sim import tokens as tok
+from tuner.sim.clock import Clock
+from tuner.sim.config import SimConfig
+from tuner.sim.memory import MemoryPlan
+from tuner.sim.perf import PerfModel
+from tuner.sim.radix import PrefixCache, block_keys
+from tuner.sim.request import RequestRecord, SimRequest
+
+MAX_MACRO_STEPS = 64
+MAX_LAG_WALL_S = 0.1
+# Share of each running request's remaining max_new_tokens kept free in the KV pool at admission
+# (sglang's new_token_ratio, which starts near 0.7 and decays while nothing is retracted).
+NEW_TOKEN_RATIO = 0.4
+LPM_MAX_QUEUE = 128  # sglang falls back to fcfs for longer queues
+BLOCK_TOKENS = 16
+
+
+def cache_block(config: SimConfig) -> int:
+    return max(BLOCK_TOKENS, config.page_size)
+
+
+def state_interval(config: SimConfig) -> int | None:
+    if config.mamba_strategy in ("extra_buffer", "extra_buffer_lazy"):
+        return max(config.args.mamba_track_interval, cache_block(config))
+    return None
+
+
+def slots_per_running(config: SimConfig) -> int:
+    """Mamba slots a running request occupies itself (working state, plus a tracking one)."""
+    return 2 if config.mamba_strategy in ("extra_buffer", "extra_buffer_lazy") else 1
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: SimConfig,
+        plan: MemoryPlan,
+        perf: PerfModel,
+        clock: Clock,
+        seed: int = 0,
+        flush_ms: float = 20.0,
+    ) -> None:
+        self.config = config
+        self.plan = plan
+        self.perf = perf
+        self.clock = clock
+        self.rng = np.random.default_rng(seed)
+        self.flush_s = max(flush_ms, 1.0) / 1000.0
+        self.capacity = plan.max_total_num_tokens
+        self.cap = plan.max_running_requests
+        self.block = cache_block(config)
+        self.interval = state_interval(config)
+        self.cache: PrefixCache | None = None
+        if config.radix_cache:
+            self.cache = PrefixCache(
+                block=self.block,
+                hybrid=config.model.hybrid,
+                state_interval=self.interval,
+                host_tokens=plan.hicache_host_tokens,
+                host_states=plan.mamba_host_slots,
+                write_policy=config.args.hicache_write_policy,
+            )
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.chunked: SimRequest | None = None
+        self.records: list[RequestRecord] = []
+        self.owned_tokens = 0
+        self.t = 0.0  # modelled time at which the GPU is free
+        self.stall_s = 0.0
+        self.busy = False
+        self._wake = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._last_flush_wall = 0.0
+        self._pmf = np.asarray(perf.accept_pmf())
+        self._gen_window: deque[tuple[float, int]] = deque()
+        self.last_gen_throughput = 0.0
+        self.accept_tokens = 0
+        self.accept_steps = 0
+        self.prompt_tokens_total = 0
+        self.cached_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.finished_total = 0
+        self.on_finish: Callable[[SimRequest], None] | None = None
+        self.on_release: Callable[[SimRequest, int, float], None] | None = None
+        self.on_first_token: Callable[[SimRequest], None] | None = None
+
+    # ------------------------------------------------------------ public
+    def prepare(self, req: SimRequest) -> None:
+        if self.cache is not None:
+            req.keys = block_keys(req.prompt, self.block)
+
+    def submit(self, req: SimRequest) -> None:
+        self.waiting.append(req)
+        self._wake.set()
+
+    def abort(self, req: SimRequest, reason: str = "client disconnected") -> None:
+        if req.finished:
+            return
+        if req in self.waiting:
+            self.waiting.remove(req)
+            self._finish(req, self.clock.now(), error=reason, insert=False)
+        elif req in self.running or req is self.chunked:
+            req.aborted = True  # removed at the next step boundary
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running) + (1 if self.chunked is not None else 0)
+
+    @property
+    def num_queued(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def used_tokens(self) -> int:
+        cached = self.cache.gpu_tokens if self.cache is not None else 0
+        return self.owned_tokens + cached
+
+    def token_usage(self) -> float:
+        return self.owned_tokens / self.capacity if self.capacity else 0.0
+
+    def mamba_usage(self) -> float:
+        slots = self.plan.mamba_slots
+        if not slots:
+            return 0.0
+        states = len(self.cache.gpu_states) if self.cache is not None else 0
+        return min(1.0, (self.num_running * slots_per_running(self.config) + states) / slots)
+
+    def cache_hit_rate(self) -> float:
+        if not self.prompt_tokens_total:
+            return 0.0
+        return self.cached_tokens_total / self.prompt_tokens_total
+
+    def avg_accept_length(self) -> float | None:
+        if not self.perf.speculative or not self.accept_steps:
+            return None
+        return self.accept_tokens / self.accept_steps
+
+    def flush_cache(self) -> bool:
+        if self.running or self.waiting or self.chunked is not None:
+            return False
+        if self.cache is not None:
+            self.cache.flush()
+        return True
+
+    # ------------------------------------------------------------ main loop
+    async def run(self) -> None:
+        self.t = self.clock.now()
+        while True:
+            self._catch_up()
+            batch = self._build_prefill()
+            if batch is not None:
+                await self._run_prefill(*batch)
+                continue
+            if self.running:
+                await self._run_decode()
+                continue
+            pending = [r for r in self.waiting if r.arrival > self.t]
+            if pending and len(pending) == len(self.waiting):
+                self.t = min(r.arrival for r in pending)
+                continue
+            self.busy = False
+            self._wake.clear()
+            await self._wake.wait()
+            self.t = max(self.t, self.clock.now())
+            self.busy = True
+
+    def _catch_up(self) -> None:
+        lag = self.clock.now() - self.t - MAX_LAG_WALL_S * self.clock.scale
+        if lag > 0 and (self.running or self.waiting):
+            self.stall_s += lag
+            self.t += lag
+
+    async def _sleep_until(self, model_t: float, interruptible: bool = False) -> None:
+        delay = self.clock.wall_delay(model_t)
+        if delay <= 0:
+            return
+        if not interruptible:
+            await asyncio.sleep(delay)
+            return
+        self._wake.clear()
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(delay, self._wake.set)
+        try:
+            await self._wake.wait()
+        finally:
+            timer.cancel()
+
+    # ------------------------------------------------------------ prefill
+    def _free_tokens(self) -> int:
+        return self.capacity - self.used_tokens
+
+    def _ensure_free(self, tokens: int) -> bool:
+        free = self._free_tokens()
+        if free >= tokens:
+            return True
+        if self.cache is not None:
+            self.cache.evict_gpu(tokens - free, self.t)
+        return self._free_tokens() >= tokens
+
+    def _reserved_future(self) -> float:
+        return (
+            sum((r.max_new_tokens - r.generated) * NEW_TOKEN_RATIO for r in self.running)
+            * self.config.args.schedule_conservativeness
+        )
+
+    def _next_waiting(self) -> SimRequest | None:
+        if not self.waiting:
+            return None
+        if (
+            self.config.args.schedule_policy == "lpm"
+            and self.cache is not None
+            and len(self.waiting) <= LPM_MAX_QUEUE
+        ):
+            ready = [r for r in self.waiting if r.arrival <= self.t]
+            if not ready:
+                return None
+            best = max(ready, key=lambda r: self.cache.match(r.keys).total_tokens)
+            self.waiting.remove(best)
+            self.waiting.appendleft(best)
+        head = self.waiting[0]
+        return head if head.arrival <= self.t else None
+
+    def _build_prefill(self) -> tuple[list[tuple[SimRequest, int, int]], int, int] | None:
+        cfg = self.config
+        chunk_limit = cfg.chunked_prefill_size if cfg.chunked_prefill_size > 0 else None
+        budget = cfg.max_prefill_tokens
+        chunk_budget = chunk_limit if chunk_limit is not None else 1 << 60
+        items: list[tuple[SimRequest, int, int]] = []
+        loaded = loaded_states = 0
+        if self.chunked is not None:
+            req = self.chunked
+            if req.aborted:
+                self.chunked = None
+                self._finish(req, self.t, error="aborted", insert=False)
+            else:
+                n = min(req.prompt_len - req.prefilled, chunk_budget)
+                if not self._ensure_free(n):
+                    return None
+                items.append((req, n, req.prefilled))
+                chunk_budget -= n
+                budget -= n
+        reserved = None
+        while chunk_budget > 0 and budget > 0:
+            if len(self.running) + len(items) >= self.cap:
+                break
+            req = self._next_waiting()
+            if req is None:
+                break
+            if reserved is None:
+                reserved = self._reserved_future()
+            cached, host_part = self._match(req)
+            new = max(req.prompt_len - cached, 1)
+            cached = req.prompt_len - new
+            take = new
+            if new > chunk_budget:
+                if chunk_limit is None and items:
+                    break
+                take = chunk_budget if chunk_limit is not None else new
+            need = (
+                take
+                + host_part
+                + int(reserved)
+                + int(min(req.max_new_tokens, 4096) * NEW_TOKEN_RATIO)
+            )
+            if not self._ensure_free(need):
+                if items or self.running:
+                    break
+                if not self._ensure_free(take + host_part):
+                    break
+            self.waiting.popleft()
+            lt, ls = self._admit(req, cached)
+            loaded += lt
+            loaded_states += ls
+            items.append((req, take, cached))
+            reserved += min(req.max_new_tokens, 4096) * NEW_TOKEN_RATIO
+            chunk_budget -= take
+            budget -= take
+            if take < new:
+                break
+        if not items:
+            return None
+        return items, loaded, loaded_states
+
+    def _match(self, req: SimRequest) -> tuple[int, int]:
+        """(usable cached tokens, of which to load from host) for a waiting request."""
+        if self.cache is None or not req.keys:
+            return 0, 0
+        m = self.cache.match(req.keys)
+        return m.total_tokens, m.total_tokens - m.gpu_tokens
+
+    def _admit(self, req: SimRequest, cached: int) -> tuple[int, int]:
+        loaded = states = 0
+        if self.cache is not None and req.keys:
+            m = self.cache.match(req.keys)
+            node = m.node if m.total_tokens > m.gpu_tokens else m.gpu_node
+            if node is not None and m.total_tokens > m.gpu_tokens:
+                loaded, states = self.cache.load_from_host(node)
+            if node is not None:
+                self.cache.lock(node, self.t)
+                self.cache.touch_state(node)
+                self.cache.hit(node)
+            req.node = node
+        req.cached = cached
+        req.host_loaded = loaded
+        req.prefilled = cached
+        self.prompt_tokens_total += req.prompt_len
+        self.cached_tokens_total += cached
+        self._trim_states(extra=1)
+        return loaded, states
+
+    def _trim_states(self, extra: int = 0) -> None:
+        if self.cache is None or not self.config.model.hybrid:
+            return
+        in_use = (self.num_running + extra) * slots_per_running(self.config)
+        self.cache.trim_states(self.plan.mamba_slots - in_use)
+
+    async def _run_prefill(
+        self, items: list[tuple[SimRequest, int, int]], loaded: int, loaded_states: int
+    ) -> None:
+        new_tokens = sum(n for _, n, _ in items)
+        pairs = sum(n * p + n * n / 2 for _, n, p in items)
+        written = 0
+        written_states = 0
+        if self.cache is not None:
+            written, written_states = self.cache.take_io()
+        duration = self.perf.prefill(
+            new_tokens, len(items), pairs, loaded, written, loaded_states + written_states
+        )
+        for req, n, _ in items:
+            req.owned += n
+            self.owned_tokens += n
+            if req is not self.chunked and req.prefilled + n < req.prompt_len:
+                self.chunked = req
+        t_end = self.t + duration
+        await self._sleep_until(t_end)
+        self.t = t_end
+        for req, n, _ in items:
+            req.prefilled += n
+            if req.prefilled < req.prompt_len:
+                continue
+            if req is self.chunked:
+                self.chunked = None
+            if req.aborted:
+                self._finish(req, self.t, error="aborted", insert=False)
+                continue
+            self._cache_prompt(req)
+            req.generated = 1
+            req.owned += 1
+            self.owned_tokens += 1
+            req.first_token_t = self.t
+            self.generation_tokens_total += 1
+            self._record_gen(1)
+            if self.on_first_token is not None:
+                self.on_first_token(req)
+            if req.generated >= req.target_len:
+                self._finish(req, self.t)
+            else:
+                self.running.append(req)
+                self._release(req, self.t)
+
+    def _cache_prompt(self, req: SimRequest) -> None:
+        """Insert the prefilled prompt into the tree (sglang caches unfinished requests)."""
+        if self.cache is None or not req.keys:
+            return
+        states = []
+        if self.interval:
+            per = self.interval // self.block
+            states = [i for i in range(per - 1, len(req.keys), per)]
+        self.cache.insert(req.keys, states, self.t)
+        node = self.cache.nodes.get(req.keys[-1])
+        if node is not None:
+            self.cache.lock(node, self.t)
+        if req.node is not None:
+            self.cache.unlock(req.node)
+        req.node = node
+        covered = len(req.keys) * self.block
+        moved = max(0, covered - req.cached)
+        req.owned -= moved
+        self.owned_tokens -= moved
+        self._trim_states()
+
+    # ------------------------------------------------------------ decode
+    def _admissible_arrival(self) -> bool:
+        if not self.waiting or self.num_running >= self.cap:
+            return False
+        return self.waiting[0].arrival <= self.clock.now()
+
+    async def _run_decode(self) -> None:
+        self._drop_aborted()
+        if not self.running:
+            return
+        batch = self.running
+        b = len(batch)
+        context = sum(r.prompt_len + r.generated for r in batch)
+        written = written_states = 0
+        if self.cache is not None:
+            written, written_states = self.cache.take_io()
+        step = self.perf.step(b, context)
+        extra = self.perf.hicache_cost(0, written, written_states)
+        remaining = np.fromiter(
+            (r.target_len - r.generated for r in batch), dtype=np.int64, count=b
+        )
+        max_per_step = len(self._pmf)
+        steps_cap = MAX_MACRO_STEPS
+        # do not run past the KV pool: each step adds up to max_per_step tokens per request
+        free = self._free_tokens() + (self.cache.evictable_tokens if self.cache else 0)
+        steps_cap = max(1, min(steps_cap, free // max(b * max_per_step, 1)))
+        if free < b * max_per_step:
+            self._retract_one()
+            return
+        if max_per_step > 1:
+            draws = self.rng.choice(max_per_step, size=(b, steps_cap), p=self._pmf) + 1
+        else:
+            draws = np.ones((b, steps_cap), dtype=np.int64)
+        cum = np.cumsum(draws, axis=1)
+        done = cum >= remaining[:, None]
+        finish_step = np.where(done.any(axis=1), done.argmax(axis=1) + 1, steps_cap + 1)
+        k_end = int(min(finish_step.min(), steps_cap))
+        t0 = self.t + extra
+        while True:
+            j = min(k_end, int((self.clock.now() - t0) / step))
+            if j >= k_end:
+                break
+            if j + 1 < k_end and self._admissible_arrival():
+                k_end = j + 1
+            flush_wall = self._last_flush_wall + self._flush_interval()
+            if j > 0 and time.monotonic() >= flush_wall:
+                self._release_partial(batch, cum, remaining, j, t0 + j * step)
+                flush_wall = self._last_flush_wall + self._flush_interval()
+            # a flush is only useful once a step has completed since the last one
+            next_flush = max(flush_wall, self.clock.wall_at(t0 + (j + 1) * step))
+            delay = min(self.clock.wall_at(t0 + k_end * step), next_flush) - time.monotonic()
+            if delay > 0:
+                self._wake.clear()
+                handle = asyncio.get_running_loop().call_later(delay, self._wake.set)
+                await self._wake.wait()
+                handle.cancel()
+        self._apply_steps(batch, cum, remaining, finish_step, k_end, t0, step)
+
+    def _flush_interval(self) -> float:
+        # more streams, coarser chunks: keeps CPU per token flat at high concurrency
+        return max(self.flush_s, 0.0004 * len(self.running))
+
+    def _release_partial(
+        self, batch: list[SimRequest], cum: np.ndarray, remaining: np.ndarray, j: int, t: float
+    ) -> None:
+        produced = np.minimum(cum[:, j - 1], remaining)
+        for i, req in enumerate(batch):
+            upto = req.generated + int(produced[i])
+            if upto > req.released:
+                self._release(req, t, upto)
+        self._last_flush_wall = time.monotonic()
+
+    def _apply_steps(
+        self,
+        batch: list[SimRequest],
+        cum: np.ndarray,
+        remaining: np.ndarray,
+        finish_step: np.ndarray,
+        k: int,
+        t0: float,
+        step: float,
+    ) -> None:
+        produced = np.minimum(cum[:, k - 1], remaining)
+        t_end = t0 + k * step
+        self.t = t_end
+        total = int(produced.sum())
+        self._ensure_free(total)
+        self.generation_tokens_total += total
+        self._record_gen(total)
+        spec = self.perf.speculative
+        flush = time.monotonic() >= self._last_flush_wall + self._flush_interval()
+        still: list[SimRequest] = []
+        for i, req in enumerate(batch):
+            n = int(produced[i])
+            req.generated += n
+            req.owned += n
+            if spec:
+                steps_used = min(int(finish_step[i]), k)
+                req.verify_ct += steps_used
+                self.accept_steps += steps_used
+                self.accept_tokens += n
+            if req.generated >= req.target_len:
+                self._finish(req, t0 + int(finish_step[i]) * step)
+            else:
+                still.append(req)
+                if flush:
+                    self._release(req, t_end)
+        self.owned_tokens += total
+        self.running = still
+        if flush:
+            self._last_flush_wall = time.monotonic()
+
+    def _drop_aborted(self) -> None:
+        if any(r.aborted for r in self.running):
+            for req in [r for r in self.running if r.aborted]:
+                self._finish(req, self.t, error="aborted", insert=False)
+            self.running = [r for r in self.running if not r.finished]
+
+    def _retract_one(self) -> None:
+        """Out of KV: put the newest running request back at the head of the queue."""
+        req = self.running.pop()
+        self.owned_tokens -= req.owned
+        req.owned = 0
+        if self.cache is not None and req.node is not None:
+            self.cache.unlock(req.node)
+        req.node = None
+        # it resumes by prefilling prompt + what it generated so far
+        req.prompt = req.prompt + tok.output_ids(0, req.generated, req.seed)
+        req.target_len -= req.generated
+        req.max_new_tokens -= req.generated
+        req.keys = block_keys(req.prompt, self.block) if self.cache is not None else []
+        req.prefilled = 0
+        self.waiting.appendleft(req)
+
+    # ------------------------------------------------------------ completion
+    def _release(self, req: SimRequest, t: float, upto: int | None = None) -> None:
+        upto = req.generated if upto is None else upto
+        if upto <= req.released and not req.finished:
+            return
+        if self.on_release is not None and upto > req.released:
+            self.on_release(req, upto - req.released, t)
+        req.released = upto
+        req.release_t = t
+        req.event.set()
+
+    def _finish(
+        self, req: SimRequest, t: float, error: str | None = None, insert: bool = True
+    ) -> None:
+        req.finish_t = t
+        req.error = error
+        if insert and self.cache is not None and req.keys is not None:
+            full = req.prompt + tok.output_ids(0, req.generated, req.seed)
+            start = len(req.keys)
+            keys = req.keys + block_keys(
+                full, self.block, req.keys[-1] if req.keys else 0, start * self.block
+            )
+            if keys:
+                if self.interval:
+                    boundary = (len(full) // self.interval) * self.interval
+                    states = [boundary // self.block - 1] if boundary else []
+                elif self.config.model.hybrid:
+                    states = [len(keys) - 1]
+                else:
+                    states = []
+                self.cache.insert(keys, states, t)
+        self.owned_tokens -= req.owned
+        req.owned = 0
+        if self.cache is not None and req.node is not None:
+            self.cache.unlock(req.node)
+            req.node = None
+        req.finished = True
+        self.finished_total += 1
+        self._trim_states()
+        self.records.append(RequestRecord.of(req))
+        if self.on_finish is not None:
+            self.on_finish(req)
+        self._release(req, t)
+
+    def _record_gen(self, tokens: int) -> None:
+        window = self._gen_window
+        window.append((self.t, tokens))
+        while len(window) > 2 and window[0][0] < self.t - 5.0:
+            window.popleft()
+        span = self.t - window[0][0]
+        if span > 0:
+            self.last_gen_throughput = sum(n for _, n in window) / span
+
+    def record_error(self, req: SimRequest) -> None:
+        """A request answered with an error before it reached the queue."""
+        req.finished = True
+        req.finish_t = req.arrival
+        self.records.append(RequestRecord.of(req))
