@@ -9,7 +9,8 @@ import pytest
 from bench_fake_server import fake_server, free_port
 
 from tuner.bench import BenchConfig, WorkloadSpec, run_bench, run_bench_async
-from tuner.bench.client import BenchClient
+from tuner.bench.client import BenchClient, spread
+from tuner.bench.metrics import itls_ms
 from tuner.errors import UserError
 
 # Modelled timing of the fake: 0.5 s to the first chunk, 0.1 s between chunks, 20x faster.
@@ -285,6 +286,26 @@ def test_speculative_chunks_and_accept_length():
     r = result.records[0]
     assert r.chunk_tokens == [3, 3, 1] and r.output_tokens == 7
     assert result.summary["accept_length"] == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_openai_chunks_of_several_tokens_without_per_chunk_usage(api):
+    with fake_server(*FAKE, "--tokens-per-chunk", "3") as s:
+        cfg = BenchConfig(url=s.url, workload=random_spec(2, output_len=7), api=api)
+        result = run_bench(cfg)
+    for r in result.records:
+        assert r.output_tokens == 7 and sum(r.chunk_tokens) == 7
+        assert r.chunk_tokens == [3, 3, 1]  # shared out by text length: " w w w", ..., " w"
+        gaps = itls_ms(r)  # a 3-token chunk gives its gap / 3 three times
+        assert len(gaps) == 4 and gaps[0] == gaps[1] == gaps[2] < gaps[3]
+
+
+def test_spread_shares_a_total_by_weight():
+    assert spread(10, [1, 1, 1]) == [4, 3, 3]
+    assert spread(10, [5, 1, 4]) == [4, 2, 4]
+    assert spread(2, [1, 1, 1]) == [1, 1, 0]
+    assert spread(7, [0, 0]) == [4, 3]
+    assert sum(spread(256, [3] * 5 + [100])) == 256
 
 
 def test_async_api_inside_a_running_loop(server):

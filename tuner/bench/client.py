@@ -235,6 +235,9 @@ class BenchClient:
         ids_chunks: list[list[int]] = []
         capture_text = capture_output and self.api == "chat"
         texts: list[str] = []
+        # Text length of each chunk, kept only while the server gives no per-chunk usage.
+        chunk_chars: list[int] = []
+        counted = False  # some chunk carried usage: the per-chunk counts are the server's
         done = False
         buffer = b""
         async with self._http.stream(
@@ -283,11 +286,13 @@ class BenchClient:
                         if text:
                             if capture_text:
                                 texts.append(text)
-                            # Without per-chunk usage, a chunk counts as one token; the total
-                            # still comes from the final usage chunk.
-                            new = 1
                             if usage and usage.get("completion_tokens"):
+                                counted = True
                                 new = max(1, usage["completion_tokens"] - tokens_so_far)
+                            else:
+                                # Counted as one token for now; spread by text length below.
+                                new = 1
+                                chunk_chars.append(len(text))
                     if new > 0:
                         tokens_so_far += new
                         chunk_times.append(now)
@@ -297,6 +302,10 @@ class BenchClient:
         if chunk_times:
             record.ttft_s = chunk_times[0]
         self._fill_totals(record, last, tokens_so_far)
+        if not counted and chunk_chars and record.output_tokens != tokens_so_far:
+            # A server that coalesces tokens into chunks without per-chunk usage: share the
+            # final token count out by text length, so ITL divides each gap by its tokens.
+            record.chunk_tokens = spread(record.output_tokens, chunk_chars)
         if capture_text:
             return "".join(texts) if texts and record.error is None else None
         if not capture_output or not ids_chunks or record.error is not None:
@@ -326,6 +335,24 @@ class BenchClient:
             record.output_tokens = int(last.get("completion_tokens") or tokens_so_far)
             details = last.get("prompt_tokens_details") or {}
             record.cached_tokens = int(details.get("cached_tokens") or 0)
+
+
+def spread(total: int, weights: list[int]) -> list[int]:
+    """Split `total` into integers proportional to `weights` (largest remainder), giving
+    every part at least 1 when there is enough to go round."""
+    n = len(weights)
+    floor = 1 if total >= n else 0
+    rest = total - floor * n
+    if not sum(weights):
+        weights = [1] * n
+    weight_sum = sum(weights)
+    shares = [rest * w / weight_sum for w in weights]
+    parts = [floor + int(share) for share in shares]
+    leftover = total - sum(parts)
+    by_remainder = sorted(range(n), key=lambda i: shares[i] - int(shares[i]), reverse=True)
+    for i in by_remainder[:leftover]:
+        parts[i] += 1
+    return parts
 
 
 def _delta_text(choice: dict[str, Any]) -> str | None:
