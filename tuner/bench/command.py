@@ -74,11 +74,17 @@ def bench_command(options: BenchOptions, console: Console | None = None) -> Benc
         task = progress.add_task("bench", total=spec.num_requests, note="warming up")
 
         def on_progress(done: int, total: int) -> None:
-            progress.update(task, completed=done)
+            if done == 1 and cfg.stages > 1:
+                progress.update(task, completed=done, note=f"stage 1/{cfg.stages}")
+            elif done == 1:
+                progress.update(task, completed=done, note="")
+            else:
+                progress.update(task, completed=done)
 
         def on_stage(stage: int, summary: dict[str, float | int]) -> bool:
+            upcoming = f"stage {stage + 2}/{cfg.stages}  " if stage + 1 < cfg.stages else ""
             note = (
-                f"stage {stage + 1}/{cfg.stages}  {summary['output_throughput']:.1f} out tok/s  "
+                f"{upcoming}so far {summary['output_throughput']:.1f} out tok/s, "
                 f"median TPOT {summary['median_tpot_ms']:.1f} ms"
             )
             progress.update(task, note=note)
