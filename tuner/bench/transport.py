@@ -107,16 +107,15 @@ class _Body(httpx.AsyncByteStream):
         self._complete = False
         self._released = False
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        # The framing's own generator, not a wrapper around it: one layer less per chunk.
         if self._framing == "chunked":
-            async for part in self._chunked():
-                yield part
-        elif self._framing == "length":
-            async for part in self._sized():
-                yield part
-        else:
-            async for part in self._until_close():
-                yield part
+            return self._chunked()
+        if self._framing == "length":
+            return self._sized()
+        return self._until_close()
+
+    def _done(self) -> None:
         self._complete = True
         self._release()
 
@@ -130,6 +129,7 @@ class _Body(httpx.AsyncByteStream):
             del conn.buffer[: len(part)]
             remaining -= len(part)
             yield part
+        self._done()
 
     async def _until_close(self) -> AsyncIterator[bytes]:
         conn = self._conn
@@ -141,6 +141,7 @@ class _Body(httpx.AsyncByteStream):
             if conn.closed:
                 if conn.error is not None:
                     raise httpx.ReadError(f"connection lost: {conn.error}")
+                self._done()
                 return
             await conn.wait(self._timeout)
 
@@ -178,6 +179,7 @@ class _Body(httpx.AsyncByteStream):
             if parts:
                 yield parts[0] if len(parts) == 1 else b"".join(parts)
             if finished:
+                self._done()
                 return
             await conn.wait(self._timeout)
 
