@@ -305,23 +305,28 @@ def _steady_state(
         b = max(1, round(running))
         turns, pf, _, d = lifetimes(running)
         mean_pf = statistics.fmean(pf)
-        if perf.speculative or clients > limit or b == 1:
-            # staggered: requests start whenever another one ends (acceptance varies, or the
-            # queue feeds them one by one); an arrival waits for the step in flight
+        if perf.speculative or b == 1:
+            # staggered: acceptance varies, so requests end (and the next ones start) one by
+            # one; an arrival waits for the step in flight, each prefill stalls the others
             inflight = d / 2 if b > 1 else 0.0
             firsts = [inflight + p for p in pf]
             lives = [f + steps * d + (b - 1) * mean_pf for f in firsts]
         else:
-            # in lockstep: equal lengths end together, the next wave arrives together; the
-            # first arrival is prefilled alone, the rest of the wave in the next batch
-            rest = [_prefill_time(config, perf, t, count=b - 1) for t in turns]
-            wave = [p + r for p, r in zip(pf, rest, strict=True)]
-            firsts = [(p + w_) / 2 if b == 2 else w_ for p, w_ in zip(pf, wave, strict=True)]
+            # in lockstep: equal lengths end together and the next wave comes together. Its
+            # first batch is the queued requests (or the first arrival), then the rest
+            first_n = min(clients - b, b) if clients > b else 1
+            first = [_prefill_time(config, perf, t, count=first_n) for t in turns]
+            rest = [_prefill_time(config, perf, t, count=b - first_n) for t in turns]
+            wave = [p + r for p, r in zip(first, rest, strict=True)]
+            firsts = [(p + w_) / 2 if b == 2 else w_ for p, w_ in zip(first, wave, strict=True)]
             lives = [w_ + steps * d for w_ in wave]
         mean_life = statistics.fmean(lives)
-        wait = mean_life * (clients - running) / running if clients > running else 0.0
-        ttfts = [wait + f for f in firsts]
-        e2es = [wait + life for life in lives]
+        # beyond the cap, a share of the requests waits a whole lifetime in the queue (the
+        # mean wait is Little's law); the median is either no wait or a whole one
+        share = min(1.0, (clients - running) / running) if clients > running else 0.0
+        waits = share >= 0.5
+        ttfts = [mean_life if waits else f for f in firsts]
+        e2es = [tt + life - f for tt, life, f in zip(ttfts, lives, firsts, strict=True)]
         decode = [life - f for life, f in zip(lives, firsts, strict=True)]
         throughput_req = running / mean_life
     mean_prompt = statistics.fmean(t.prompt for t in turns)

@@ -147,10 +147,11 @@ async def run_workload(
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
         if workload.request_rate:
             rng = random.Random(seed + 1)
+            wall_rate = workload.request_rate * await _scale(client, url, headers)
             tasks = []
             for turns in convs:
                 tasks.append(asyncio.create_task(chat(client, turns)))
-                await asyncio.sleep(rng.expovariate(workload.request_rate / _scale(url)))
+                await asyncio.sleep(rng.expovariate(wall_rate))
             await asyncio.gather(*tasks)
         else:
 
@@ -163,13 +164,9 @@ async def run_workload(
     return records[warmup:]
 
 
-_SCALES: dict[str, float] = {}
-
-
-def _scale(url: str) -> float:
-    if url not in _SCALES:
-        _SCALES[url] = float(httpx.get(url + "/server_info").json().get("sim_time_scale", 1.0))
-    return _SCALES[url]
+async def _scale(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> float:
+    info = (await client.get(url + "/server_info", headers=headers)).json()
+    return float(info.get("sim_time_scale", 1.0))
 
 
 def summarize(records: list[ProbeRecord], scale: float) -> ProbeSummary:
