@@ -54,6 +54,7 @@ class PerfModel:
     eager_overhead: float
     graph_max_bs: int
     per_request: float
+    spec_per_request: float  # speculative bookkeeping per request per iteration
     sched_overhead: float
     spec_steps: int
     spec_topk: int
@@ -109,7 +110,7 @@ class PerfModel:
             + batch * self.spec_topk * self.draft_flops_per_token / self.flops
             + self.graph_overhead * 0.5
         )
-        return verify + (self.spec_steps + 1) * draft_one
+        return verify + (self.spec_steps + 1) * draft_one + batch * self.spec_per_request
 
     def step(self, batch: int, context_tokens: int) -> float:
         if self.speculative:
@@ -212,6 +213,7 @@ def build_perf_model(config: SimConfig, plan: MemoryPlan) -> PerfModel:
         eager_overhead=hw.eager_overhead_ms / 1000 * layer_scale,
         graph_max_bs=config.cuda_graph_max_bs_decode,
         per_request=hw.per_request_overhead_ms / 1000,
+        spec_per_request=hw.spec_per_request_overhead_ms / 1000,
         sched_overhead=sched,
         spec_steps=spec.num_steps if spec else 0,
         spec_topk=spec.topk if spec else 1,

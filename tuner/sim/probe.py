@@ -7,6 +7,8 @@ seconds into modelled seconds with the server's ``sim_time_scale``.
 
 Workloads follow ``OracleWorkload``: random prompts, shared-prefix groups, multi-turn chats
 (each turn re-sends the whole history as text, so the prefix cache sees it as sglang would).
+It uses aiohttp's client: httpx's connection pool costs O(connections^2) CPU per request, which
+made a 256-stream client the bottleneck on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-import httpx
+import aiohttp
 
 from tuner.sim.oracle import OracleWorkload
 from tuner.sim.tokens import _WORDS
@@ -78,7 +80,7 @@ def conversations(workload: OracleWorkload, count: int, seed: int = 0) -> list[l
 
 
 async def _one(
-    client: httpx.AsyncClient, url: str, text: str, output_len: int, headers: dict[str, str]
+    session: aiohttp.ClientSession, url: str, text: str, output_len: int, headers: dict[str, str]
 ) -> tuple[ProbeRecord, str]:
     body = {
         "text": text,
@@ -89,13 +91,14 @@ async def _one(
     last_t = rec.start
     last_n = 0
     out_text = ""
-    async with client.stream("POST", url + "/generate", json=body, headers=headers) as resp:
-        if resp.status_code != 200:
-            rec.error = f"HTTP {resp.status_code}"
-            await resp.aread()
+    async with session.post(url + "/generate", json=body, headers=headers) as resp:
+        if resp.status != 200:
+            rec.error = f"HTTP {resp.status}"
+            await resp.read()
             return rec, ""
-        async for line in resp.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
+        async for raw in resp.content:
+            line = raw.strip()
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
                 continue
             now = time.perf_counter()
             chunk = json.loads(line[6:])
@@ -129,43 +132,44 @@ async def run_workload(
     ``workload.request_rate``); the first ``warmup`` records are dropped."""
     convs = conversations(workload, num_conversations, seed)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    timeout = httpx.Timeout(None)
     records: list[ProbeRecord] = []
     queue: asyncio.Queue[list[str]] = asyncio.Queue()
     for c in convs:
         queue.put_nowait(c)
 
-    async def chat(client: httpx.AsyncClient, turns: list[str]) -> None:
+    async def chat(session: aiohttp.ClientSession, turns: list[str]) -> None:
         history = ""
         for turn in turns:
             history = (history + " " + turn).strip()
-            rec, answer = await _one(client, url, history, workload.output_len, headers)
+            rec, answer = await _one(session, url, history, workload.output_len, headers)
             records.append(rec)
             history += answer
 
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=None)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         if workload.request_rate:
             rng = random.Random(seed + 1)
-            wall_rate = workload.request_rate * await _scale(client, url, headers)
+            wall_rate = workload.request_rate * await _scale(session, url, headers)
             tasks = []
             for turns in convs:
-                tasks.append(asyncio.create_task(chat(client, turns)))
+                tasks.append(asyncio.create_task(chat(session, turns)))
                 await asyncio.sleep(rng.expovariate(wall_rate))
             await asyncio.gather(*tasks)
         else:
 
             async def worker() -> None:
                 while not queue.empty():
-                    await chat(client, queue.get_nowait())
+                    await chat(session, queue.get_nowait())
 
             await asyncio.gather(*(worker() for _ in range(workload.concurrency or 1)))
     records.sort(key=lambda r: r.start)
     return records[warmup:]
 
 
-async def _scale(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> float:
-    info = (await client.get(url + "/server_info", headers=headers)).json()
+async def _scale(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> float:
+    async with session.get(url + "/server_info", headers=headers) as resp:
+        info = await resp.json()
     return float(info.get("sim_time_scale", 1.0))
 
 
@@ -208,10 +212,11 @@ def measure(
     warmup: int = 0,
     api_key: str | None = None,
 ) -> ProbeSummary:
-    scale = float(
-        httpx.get(
-            url + "/server_info", headers={"Authorization": f"Bearer {api_key}"} if api_key else {}
-        ).json()["sim_time_scale"]
-    )
-    records = asyncio.run(run_workload(url, workload, num_conversations, seed, api_key, warmup))
+    async def go() -> tuple[float, list[ProbeRecord]]:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        async with aiohttp.ClientSession() as session:
+            scale = await _scale(session, url, headers)
+        return scale, await run_workload(url, workload, num_conversations, seed, api_key, warmup)
+
+    scale, records = asyncio.run(go())
     return summarize(records, scale)

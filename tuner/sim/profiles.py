@@ -42,6 +42,7 @@ class HardwareProfile:
     step_overhead_ms: float
     eager_overhead_ms: float
     per_request_overhead_ms: float
+    spec_per_request_overhead_ms: float
     no_overlap_overhead_ms: float
 
     @property

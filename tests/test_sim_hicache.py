@@ -1,0 +1,69 @@
+"""HiCache: a host tier for evicted prefixes. It pays off only when the workload reuses prefixes
+that the GPU pool cannot keep, and it never raises the running cap."""
+
+from __future__ import annotations
+
+import statistics
+
+import httpx
+import pytest
+
+from tuner.sim.harness import SimProcess
+from tuner.sim.oracle import OracleWorkload, predict
+from tuner.sim.probe import measure
+
+# A GPU pool of 40k tokens cannot keep 16 system prompts of 4k tokens used round-robin.
+SMALL_POOL = ["--max-total-tokens", "40000", "--sim-time-scale", "20"]
+HICACHE = ["--enable-hierarchical-cache", "--hicache-ratio", "4"]
+SHARED = OracleWorkload(
+    kind="shared-prefix",
+    shared_prefix_len=4096,
+    num_groups=16,
+    input_len=64,
+    output_len=64,
+    concurrency=4,
+    num_requests=64,
+)
+RANDOM = OracleWorkload(input_len=1024, output_len=64, concurrency=4)
+
+
+def serve(argv: list[str], workload: OracleWorkload, requests: int):
+    with SimProcess.start(argv) as sim:
+        summary = measure(sim.url, workload, requests)
+        info = httpx.get(sim.url + "/server_info").json()
+        records = httpx.get(sim.url + "/sim/requests").json()["requests"]
+    ttft = statistics.median(r["first_token_s"] - r["arrival_s"] for r in records)
+    return summary, info, ttft
+
+
+@pytest.fixture(scope="module")
+def shared_runs():
+    return serve(SMALL_POOL, SHARED, 64), serve([*SMALL_POOL, *HICACHE], SHARED, 64)
+
+
+def test_hicache_serves_reused_prefixes_the_gpu_pool_lost(shared_runs):
+    (plain, _, plain_ttft), (hi, _, hi_ttft) = shared_runs
+    assert plain.cache_hit_rate < 0.2
+    assert hi.cache_hit_rate > 0.6
+    assert hi_ttft < 0.5 * plain_ttft
+    assert hi.output_throughput > 1.2 * plain.output_throughput
+    # what the oracle expects too
+    expected_plain = predict(SMALL_POOL, SHARED)
+    expected_hi = predict([*SMALL_POOL, *HICACHE], SHARED)
+    assert expected_hi.cache_hit_rate > 0.6 > 0.2 > expected_plain.cache_hit_rate
+    assert expected_hi.output_throughput > 1.2 * expected_plain.output_throughput
+
+
+def test_hicache_does_not_raise_the_running_cap(shared_runs):
+    (_, plain_info, _), (_, hi_info, _) = shared_runs
+    assert hi_info["max_running_requests"] == plain_info["max_running_requests"]
+    assert hi_info["max_total_num_tokens"] == plain_info["max_total_num_tokens"]
+    assert hi_info["sim_memory_plan"]["hicache_host_tokens"] == 4 * 40000
+
+
+def test_hicache_gains_nothing_without_prefix_reuse():
+    plain, _, _ = serve(SMALL_POOL, RANDOM, 16)
+    hi, _, _ = serve([*SMALL_POOL, *HICACHE], RANDOM, 16)
+    assert plain.cache_hit_rate == hi.cache_hit_rate == 0.0
+    # host writes cost a little PCIe time and buy nothing here
+    assert hi.output_throughput <= plain.output_throughput * 1.03
