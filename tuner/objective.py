@@ -147,6 +147,9 @@ class Objective:
         trial.set_user_attr(record.FLAGS, {k: v for k, v in flags.items() if v is not None})
         self._emit("sampled", number=trial.number, flags=tuned, is_default=is_default)
 
+        reused = self._reuse_identical_trial(trial)
+        if reused is not None:
+            return reused
         version = space.engine_version
         try:
             server_args = engine.build_server_args(flags, version)
@@ -239,6 +242,41 @@ class Objective:
         )
         return values.throughput, values.latency
 
+    def _reuse_identical_trial(self, trial: optuna.Trial) -> tuple[float, float] | None:
+        """Samplers can propose a configuration already measured (discrete spaces, converged
+        TPE): copy that result instead of spending a launch on it."""
+        flags = trial.user_attrs[record.FLAGS]
+        states = (TrialState.COMPLETE, TrialState.PRUNED)
+        previous = next(
+            (
+                t
+                for t in trial.study.get_trials(deepcopy=False, states=states)
+                if t.user_attrs.get(record.FLAGS) == flags
+                and not t.user_attrs.get(record.DUPLICATE_OF)
+            ),
+            None,
+        )
+        if previous is None:
+            return None
+        for key in _RESULT_ATTRS:
+            if key in previous.user_attrs:
+                trial.set_user_attr(key, previous.user_attrs[key])
+        trial.set_user_attr(record.DUPLICATE_OF, previous.number)
+        for key, value in previous.constraints.items():
+            trial.set_constraint(key, value)
+        message = f"same flags as trial {previous.number}: its result is reused"
+        if previous.state == TrialState.COMPLETE:
+            self._emit(
+                "completed",
+                number=trial.number,
+                throughput=previous.values[0],
+                latency=previous.values[1],
+                feasible=all(v <= 0 for v in previous.constraints.values()),
+            )
+            return float(previous.values[0]), float(previous.values[1])
+        self._emit("failed", number=trial.number, outcome="duplicate", message=message)
+        raise optuna.TrialPruned(message)
+
     def _check_feasibility(self, trial: optuna.Trial, flags: dict[str, Any]) -> None:
         cfg = self.config
         if cfg.model_memory is not None and cfg.gpu_memory_gb:
@@ -321,6 +359,22 @@ class Objective:
             value = summary.get(slo.metric)
             out[f"slo:{slo.metric}"] = 1.0 if value is None else float(slo.violation(float(value)))
         return out
+
+
+# What a trial measured or was told, as opposed to who ran it and why it was queued.
+_RESULT_ATTRS = (
+    record.SERVER_ARGS,
+    record.OUTCOME,
+    record.FAILURE_CLASS,
+    record.FAILURE_MSG,
+    record.CAPACITY,
+    record.METRICS,
+    record.STAGES,
+    record.PRUNED,
+    record.PREDICTION,
+    record.TIMINGS,
+    record.CONSTRAINTS,
+)
 
 
 def _default_already_taken(trial: optuna.Trial) -> bool:

@@ -36,7 +36,7 @@ class OptimizeDisplay:
         self.done_at_start = 0
         self.finished = 0
         self.counts = {"completed": 0, "pruned": 0, "failed": 0, "skipped": 0}
-        self.current: dict[str, Any] = {}
+        self.current: dict[int, dict[str, str]] = {}  # running trials, by number
         self.best: list[tuple[float, float, int]] = []
         self.live: Live | None = None
 
@@ -55,22 +55,28 @@ class OptimizeDisplay:
             self.done_at_start = int(data.get("done", 0))
             self.finished = self.done_at_start
         elif kind == "sampled":
-            self.current = {
-                "number": data["number"],
+            self.current[data["number"]] = {
                 "flags": "sglang defaults" if data.get("is_default") else _fmt_flags(data["flags"]),
                 "status": "checking",
             }
         elif kind == "launching":
-            self.current["status"] = "launching server"
+            self._status(data, "launching server")
         elif kind == "ready":
             cap = data.get("capacity", {})
-            self.current["status"] = (
-                f"benchmarking (max_running_requests={cap.get('max_running_requests', '?')})"
+            self._status(
+                data,
+                f"benchmarking (max_running_requests={cap.get('max_running_requests', '?')})",
             )
         elif kind == "stage":
-            self.current["status"] = (
+            self._status(
+                data,
                 f"stage {data['stage'] + 1}/{data['n_stages']}: "
-                f"{data['throughput']:.1f} tok/s, {data['latency']:.1f} ms"
+                f"{data['throughput']:.1f} tok/s, {data['latency']:.1f} ms",
+            )
+        elif kind == "worker_died":
+            self._log(
+                f"worker {data['worker']} died (exit {data['exitcode']}); "
+                f"queued again: {data.get('retried') or 'nothing'}"
             )
         elif kind in ("completed", "pruned", "failed"):
             self.finished += 1
@@ -81,6 +87,7 @@ class OptimizeDisplay:
                 self._log(
                     f"trial {data['number']}: {data['throughput']:.1f} tok/s, "
                     f"{data['latency']:.1f} ms"
+                    + ("" if data.get("feasible", True) else " (violates an SLO)")
                 )
             elif kind == "pruned":
                 self.counts["pruned"] += 1
@@ -93,9 +100,13 @@ class OptimizeDisplay:
                 )
                 self.counts[key] += 1
                 self._log(f"trial {data['number']}: {data.get('outcome')}: {data.get('message')}")
-            self.current = {}
+            self.current.pop(data["number"], None)
         if self.live is not None:
             self.live.update(self.render())
+
+    def _status(self, data: dict[str, Any], status: str) -> None:
+        trial = self.current.setdefault(data["number"], {"flags": "", "status": ""})
+        trial["status"] = status
 
     def _log(self, line: str) -> None:
         self.console.print(Text(line, style="dim"))
@@ -113,9 +124,9 @@ class OptimizeDisplay:
             f"  elapsed {elapsed:.0f}s  remaining ~{eta}",
         )
         parts: list[Any] = [head]
-        if self.current:
-            parts.append(Text(f"#{self.current['number']} {self.current['flags']}"))
-            parts.append(Text(f"  {self.current['status']}", style="yellow"))
+        for number, trial in sorted(self.current.items()):
+            parts.append(Text(f"#{number} {trial['flags']}"))
+            parts.append(Text(f"  {trial['status']}", style="yellow"))
         if self.best:
             table = Table(title="best so far", box=None, show_header=True)
             table.add_column("trial")

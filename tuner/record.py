@@ -32,6 +32,8 @@ Trial user attrs:
                   trial.set_constraint so samplers see them
     WORKER        "<host>:<pid>" of the worker process that ran the trial
     SERVER_PGID   process group id of the trial's server while it runs
+    DUPLICATE_OF  the sampler proposed flags an earlier finished trial already measured: its
+                  result is copied, nothing is launched
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ TIMINGS = "timings"
 CONSTRAINTS = "constraints"
 WORKER = "worker"  # "<host>:<pid>" of the worker process running the trial
 SERVER_PGID = "server_pgid"  # process group of the trial's server, to clean up after a dead worker
+DUPLICATE_OF = "duplicate_of"  # number of the finished trial whose identical flags it reuses
 
 # How a trial ended, beyond Optuna's state.
 OUTCOME_OK = "ok"  # served the whole benchmark (COMPLETE)

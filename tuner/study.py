@@ -240,7 +240,7 @@ def _ensure_study_attrs(study: optuna.Study, space: SearchSpace, options: StudyO
         )
 
 
-def _queue_baseline_and_retries(study: optuna.Study) -> None:
+def queue_baseline_and_retries(study: optuna.Study) -> None:
     trials = study.get_trials(deepcopy=False)
     if not any(t.user_attrs.get(record.IS_DEFAULT) for t in trials):
         # sglang's defaults, no tuned flag: every result is compared with it.
@@ -265,14 +265,18 @@ def open_study(options: StudyOptions) -> tuple[optuna.Study, SearchSpace, str]:
     storage = open_storage(
         options.storage, name, options.studies_dir, create=True, heartbeat_s=options.heartbeat_s
     )
-    sampler = make_sampler(options.sampler, space, options.seed)
     study = optuna.create_study(
         study_name=name,
         storage=storage,
-        sampler=sampler,
         directions=["maximize", "minimize"],
         load_if_exists=True,
     )
+    seed = options.seed
+    if seed is not None:
+        # A resumed study must not replay the start-up samples it already measured, and
+        # workers given seeds 0, 1, 2 must not collide after that shift.
+        seed = (seed * 1_000_003 + len(study.get_trials(deepcopy=False))) % 2**32
+    study.sampler = make_sampler(options.sampler, space, seed)
     _ensure_study_attrs(study, space, options)
     return study, space, name
 
@@ -295,7 +299,7 @@ def run_study(options: StudyOptions, on_event: EventHook | None = None) -> Study
             extra_flags={"tp_size": options.tp_size} if options.tp_size > 1 else {},
         )
     )
-    _queue_baseline_and_retries(study)
+    queue_baseline_and_retries(study)
     if on_event:
         on_event("start", {"study": name, "done": finished_count(study), "total": options.trials})
     interrupted = False

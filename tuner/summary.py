@@ -32,7 +32,9 @@ def print_summary(console: Console, summary: StudySummary, space: SearchSpace) -
         for t in summary.pareto:
             capacity = t.user_attrs.get(record.CAPACITY) or {}
             tuned = " ".join(
-                f"{k}={v}" for k, v in t.params.items() if v is not None and v is not False
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in t.params.items()
+                if v is not None and v is not False
             )
             table.add_row(
                 str(t.number),

@@ -32,6 +32,8 @@ from tuner.study import (
     StudySummary,
     finished_count,
     open_study,
+    queue_baseline_and_retries,
+    quiet_optuna,
     run_study,
     summarize,
 )
@@ -54,6 +56,7 @@ def _worker_main(options: StudyOptions, index: int, events: Any) -> None:
         with contextlib.suppress(Exception):
             events.put((index, kind, data))
 
+    quiet_optuna()
     with contextlib.suppress(KeyboardInterrupt):
         run_study(options, on_event=relay)
 
@@ -87,18 +90,33 @@ def run_parallel(
         options = replace(options, storage=str(path))
     study, _, name = open_study(options)
     options = replace(options, study_name=name)
+    # Queue the baseline before the workers start, so that they do not race to queue it.
+    queue_baseline_and_retries(study)
     ctx = mp.get_context("spawn")
     events = ctx.Queue()
     procs: dict[int, Any] = {}
+    spawned = 0
 
     def spawn(index: int) -> None:
+        nonlocal spawned
         proc = ctx.Process(
             target=_worker_main,
-            args=(replace(options, gpus=groups[index]), index, events),
+            # The same seed in two workers (or in a worker and its replacement) would sample
+            # the same start-up configurations.
+            args=(
+                replace(
+                    options,
+                    gpus=groups[index],
+                    seed=None if options.seed is None else options.seed + spawned,
+                ),
+                index,
+                events,
+            ),
             name=f"tuner-worker-{index}",
         )
         proc.start()
         procs[index] = proc
+        spawned += 1
 
     if on_event:
         on_event("start", {"study": name, "done": finished_count(study), "total": options.trials})

@@ -1,0 +1,33 @@
+"""Small search spaces that run in seconds on the simulator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def small_space(tmp_path: Path, name: str = "small", **overrides: object) -> Path:
+    """The seed space with a short workload and a fast simulator, written to tmp_path."""
+    data = yaml.safe_load((ROOT / "search_spaces" / "qwen3.6-27b-mtp-hicache.yaml").read_text())
+    data["name"] = name
+    data["sim"] = {**data["sim"], "time_scale": 200}
+    data["workload"] = {
+        "kind": "random",
+        "num_requests": 24,
+        "input_len": 512,
+        "output_len": 48,
+        "seed": 0,
+    }
+    data["bench"] = {**data["bench"], "concurrency": 8, "stages": 3, "warmup_requests": 0}
+    data["slos"] = ["p99_ttft_ms <= 20000"]
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

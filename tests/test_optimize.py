@@ -1,0 +1,245 @@
+"""`tuner optimize` end to end on the simulator: outcomes, failure handling, pruning, resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from sim_spaces import small_space
+
+from tuner import record
+from tuner.pruning import StagePrunerConfig
+from tuner.storage import open_storage
+from tuner.study import INTERRUPTED, RETRY_OF, StudyOptions, run_study
+
+
+def _trials(tmp_path: Path, name: str) -> list[optuna.trial.FrozenTrial]:
+    storage = open_storage(None, name, tmp_path / "studies")
+    return optuna.load_study(study_name=name, storage=storage).get_trials()
+
+
+def _options(tmp_path: Path, space: Path, **kw) -> StudyOptions:
+    return StudyOptions(space_path=space, studies_dir=tmp_path / "studies", seed=0, **kw)
+
+
+def _no_server_left(tmp_path: Path) -> bool:
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return not any("tuner.sim" in line and str(tmp_path) in line for line in out.splitlines())
+
+
+def test_small_study_records_every_trial_and_runs_the_default_first(tmp_path):
+    space = small_space(tmp_path)
+    summary = run_study(_options(tmp_path, space, trials=6))
+    trials = _trials(tmp_path, "small")
+    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(finished) == 6
+    assert not [t for t in trials if t.state == TrialState.FAIL]
+    default = trials[0]
+    assert default.user_attrs[record.IS_DEFAULT] is True
+    assert default.params == {}
+    assert default.user_attrs[record.SERVER_ARGS] == [
+        "--model-path",
+        "Qwen/Qwen3.6-27B",
+        "--enable-metrics",
+    ]
+    assert default.state == TrialState.COMPLETE
+    assert default.user_attrs[record.CAPACITY]["max_running_requests"] == 19
+    for t in finished:
+        assert t.user_attrs[record.OUTCOME] in record.OUTCOMES
+        assert "launch" in t.constraints
+        if t.state == TrialState.COMPLETE:
+            metrics = t.user_attrs[record.METRICS]
+            assert t.values[0] == pytest.approx(metrics["output_throughput"])
+            assert t.values[1] == pytest.approx(metrics["median_tpot_ms"])
+            assert metrics["completed"] == 24
+            assert len(t.user_attrs[record.STAGES]) == 3
+    assert summary.default_trial is not None and summary.default_trial.number == 0
+    assert sum(1 for t in trials if t.user_attrs.get(record.IS_DEFAULT)) == 1
+    assert _no_server_left(tmp_path)
+
+
+def test_failed_launches_end_pruned_with_a_violated_constraint(tmp_path):
+    space = small_space(tmp_path, fixed_flags={"mem_fraction_static": 0.55})
+    params = yaml_params_without(space, "mem_fraction_static")
+    run_study(_options(tmp_path, params, trials=3, feasibility=False))
+    trials = _trials(tmp_path, "small")
+    assert [t.state for t in trials] == [TrialState.PRUNED] * 3
+    for t in trials:
+        assert t.user_attrs[record.OUTCOME] == record.OUTCOME_LAUNCH_FAILED
+        assert t.user_attrs[record.FAILURE_CLASS] == "not_enough_memory"
+        assert t.constraints["launch"] > 0
+        assert (tmp_path / "studies" / "small" / f"trial-{t.number}" / "server.log").exists()
+    assert _no_server_left(tmp_path)
+
+
+def test_memory_estimate_skips_without_launching(tmp_path):
+    space = small_space(tmp_path, fixed_flags={"mem_fraction_static": 0.50})
+    params = yaml_params_without(space, "mem_fraction_static")
+    run_study(_options(tmp_path, params, trials=2))
+    for t in _trials(tmp_path, "small"):
+        assert t.state == TrialState.PRUNED
+        assert t.user_attrs[record.OUTCOME] == record.OUTCOME_SKIPPED
+        assert t.user_attrs[record.PREDICTION]["model"] == "memory"
+        assert not (tmp_path / "studies" / "small" / f"trial-{t.number}").exists()
+
+
+def test_startup_rule_violation_is_recorded_not_launched(tmp_path):
+    space = small_space(
+        tmp_path, fixed_flags={"disable_radix_cache": True, "enable_hierarchical_cache": True}
+    )
+    params = yaml_params_without(
+        space, "enable_hierarchical_cache", "hicache_ratio", "hicache_write_policy"
+    )
+    run_study(_options(tmp_path, params, trials=1))
+    (t,) = _trials(tmp_path, "small")
+    assert t.state == TrialState.PRUNED
+    assert t.user_attrs[record.OUTCOME] == record.OUTCOME_INVALID
+    assert t.user_attrs[record.FAILURE_CLASS] == "startup_rule"
+    assert not (tmp_path / "studies" / "small" / "trial-0").exists()
+
+
+def test_server_dying_mid_benchmark_is_recorded(tmp_path):
+    space = small_space(tmp_path, sim={"fault_crash_after": 6})
+    run_study(_options(tmp_path, space, trials=1))
+    (t,) = _trials(tmp_path, "small")
+    assert t.state == TrialState.PRUNED
+    assert t.user_attrs[record.OUTCOME] == record.OUTCOME_BENCH_FAILED
+    assert t.user_attrs[record.FAILURE_CLASS] == "died_during_benchmark"
+    assert t.constraints["launch"] > 0
+    assert _no_server_left(tmp_path)
+
+
+def test_stage_pruner_stops_a_dominated_trial_early(tmp_path):
+    space = small_space(tmp_path)
+    # Aggressive on purpose: after one completed trial, anything slower than it is pruned.
+    pruner = StagePrunerConfig(n_startup_trials=1, percentile=100, margin=0.0, min_dominators=0)
+    study_options = _options(tmp_path, space, trials=1, pruner=pruner)
+    run_study(study_options)
+    storage = open_storage(None, "small", tmp_path / "studies")
+    study = optuna.load_study(study_name="small", storage=storage)
+    # A configuration that serves one request at a time: far less throughput than the default.
+    study.enqueue_trial(
+        {
+            "speculative_algorithm": None,
+            "max_running_requests": 1,
+            "mamba_radix_cache_strategy": "extra_buffer",
+            "enable_hierarchical_cache": False,
+        }
+    )
+    run_study(_options(tmp_path, space, trials=2, pruner=pruner))
+    t = _trials(tmp_path, "small")[1]
+    assert t.state == TrialState.PRUNED, t.user_attrs
+    assert t.user_attrs[record.OUTCOME] == record.OUTCOME_PRUNED
+    pruned = t.user_attrs[record.PRUNED]
+    assert pruned["stage"] < 2 and pruned["time_saved_s"] > 0 and pruned["reason"]
+    assert t.user_attrs[record.METRICS]["completed"] < 24
+
+
+def yaml_params_without(space: Path, *names: str) -> Path:
+    import yaml
+
+    data = yaml.safe_load(space.read_text())
+    for name in names:
+        data["params"].pop(name, None)
+    space.write_text(yaml.safe_dump(data, sort_keys=False))
+    return space
+
+
+def test_broken_yaml_is_one_clear_line_and_exit_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nparams: {a: [1, 2\n")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuner.cli",
+            "optimize",
+            "--space",
+            str(bad),
+            "--studies-dir",
+            str(tmp_path / "studies"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert str(bad) in out.stderr and "line" in out.stderr
+
+
+def test_ctrl_c_stops_the_server_and_the_same_command_resumes(tmp_path):
+    space = small_space(tmp_path)
+    studies = tmp_path / "studies"
+    cmd = [
+        sys.executable,
+        "-m",
+        "tuner.cli",
+        "optimize",
+        "--space",
+        str(space),
+        "--trials",
+        "4",
+        "--studies-dir",
+        str(studies),
+        "--seed",
+        "0",
+        "--no-report",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    log = studies / "small" / "trial-1" / "server.log"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (log.exists() and "ready to roll" in log.read_text()):
+        time.sleep(0.05)
+    assert log.exists(), proc.stdout.read().decode() if proc.poll() is not None else "no trial 1"
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    out, _ = proc.communicate(timeout=60)
+    text = out.decode()
+    assert proc.returncode == 130, text
+    assert "resume" in text
+    assert "Traceback" not in text
+    assert _no_server_left(tmp_path)
+    trials = _trials(tmp_path, "small")
+    interrupted = [t for t in trials if t.user_attrs.get(INTERRUPTED)]
+    assert len(interrupted) == 1 and interrupted[0].state == TrialState.FAIL
+
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert again.returncode == 0, again.stdout + again.stderr
+    trials = _trials(tmp_path, "small")
+    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(finished) == 4
+    retried = [t for t in trials if t.user_attrs.get(RETRY_OF) == interrupted[0].number]
+    assert len(retried) == 1
+    assert retried[0].params == interrupted[0].params
+    assert _no_server_left(tmp_path)
+
+
+def test_identical_configuration_reuses_the_result_without_a_launch(tmp_path):
+    space = small_space(tmp_path)
+    run_study(_options(tmp_path, space, trials=1))  # the default trial
+    storage = open_storage(None, "small", tmp_path / "studies")
+    study = optuna.load_study(study_name="small", storage=storage)
+    config = {
+        "speculative_algorithm": None,
+        "mem_fraction_static": 0.8,
+        "enable_hierarchical_cache": False,
+        "mamba_radix_cache_strategy": "extra_buffer",
+        "max_running_requests": 8,
+        "chunked_prefill_size": 8192,
+    }
+    study.enqueue_trial(config)
+    study.enqueue_trial(config)
+    run_study(_options(tmp_path, space, trials=3))
+    first, second = _trials(tmp_path, "small")[1:3]
+    assert first.state == second.state == TrialState.COMPLETE
+    assert second.user_attrs[record.DUPLICATE_OF] == first.number
+    assert second.values == first.values
+    assert not (tmp_path / "studies" / "small" / f"trial-{second.number}").exists()
