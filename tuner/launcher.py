@@ -57,11 +57,14 @@ class LaunchSpec:
 class LaunchError(Exception):
     """The server did not come up (or died). `failure_class` is one of tuner.record's classes."""
 
-    def __init__(self, failure_class: str, message: str, log_tail: str = "") -> None:
+    def __init__(
+        self, failure_class: str, message: str, log_tail: str = "", elapsed_s: float = 0.0
+    ) -> None:
         super().__init__(f"{failure_class}: {message}")
         self.failure_class = failure_class
         self.message = message
         self.log_tail = log_tail
+        self.elapsed_s = elapsed_s  # time the failed start cost (0: not measured)
 
 
 @dataclass

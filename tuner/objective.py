@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 from optuna.trial import TrialState
@@ -43,6 +43,85 @@ class LaunchTarget:
     ready_timeout_s: float = 900.0
 
 
+StageHook = Callable[[int, dict[str, Any]], bool]  # (stage, summary so far) -> go on?
+ReadyHook = Callable[[dict[str, Any], int | None], None]  # (capacity, server process group)
+
+
+@dataclass(frozen=True)
+class Served:
+    """What serving one trial gave: capacity, the benchmark summary, and how it ended."""
+
+    capacity: dict[str, Any]
+    summary: dict[str, Any]
+    duration_s: float  # modelled seconds of benchmark
+    stopped_at_stage: int | None  # the stage hook said stop
+    died: bool  # the server exited during the benchmark
+    launch_s: float
+
+
+class Serve(Protocol):
+    """How a trial is served. Raises LaunchError when the server does not come up."""
+
+    def serve(
+        self, number: int, server_args: list[str], on_ready: ReadyHook, on_stage: StageHook
+    ) -> Served: ...
+
+
+class LaunchAndBench:
+    """The real thing: launch the server, benchmark it over HTTP by stages, stop it."""
+
+    def __init__(self, target: LaunchTarget, space: SearchSpace, study_dir: Path) -> None:
+        self.target = target
+        self.space = space
+        self.study_dir = study_dir
+
+    def serve(
+        self, number: int, server_args: list[str], on_ready: ReadyHook, on_stage: StageHook
+    ) -> Served:
+        from tuner.bench import BenchConfig, WorkloadSpec, run_bench
+
+        target = self.target
+        spec = LaunchSpec(
+            module=target.module,
+            server_args=server_args,
+            extra_args=list(target.extra_args),
+            log_path=self.study_dir / f"trial-{number}" / "server.log",
+            gpus=target.gpus,
+            api_key=target.api_key,
+            ready_timeout_s=target.ready_timeout_s,
+        )
+        bench = self.space.bench
+        with launch(spec, engine.classify_failure, engine.READY_LINE) as server:
+            capacity = dict(engine.parse_capacity(server.log_text()))
+            capacity.update(_capacity_from_server_info(server.server_info))
+            on_ready(capacity, server.process.pid)
+
+            def hook(stage: int, summary: dict[str, Any]) -> bool:
+                return on_stage(stage, summary) and server.alive()
+
+            config = BenchConfig(
+                url=server.url,
+                workload=WorkloadSpec.from_dict(self.space.workload),
+                concurrency=bench.concurrency,
+                request_rate=bench.request_rate,
+                arrival=bench.arrival,
+                warmup_requests=bench.warmup_requests,
+                stages=int(bench.stages),
+                api=bench.api,
+                api_key=target.api_key,
+                request_timeout_s=bench.timeout_s,
+            )
+            result = run_bench(config, on_stage=hook)
+            return Served(
+                capacity=capacity,
+                summary=dict(result.summary),
+                duration_s=float(result.duration_s),
+                stopped_at_stage=result.stopped_at_stage,
+                died=not server.alive(),
+                launch_s=server.launch_s,
+            )
+
+
 @dataclass
 class ObjectiveConfig:
     space: SearchSpace
@@ -54,6 +133,7 @@ class ObjectiveConfig:
     gpu_memory_gb: float | None = None
     on_event: EventHook | None = None
     extra_flags: dict[str, Any] = field(default_factory=dict)  # e.g. tp_size from --tp-size
+    serve: Serve | None = None  # None: launch the server and benchmark it over HTTP
 
 
 class Objective:
@@ -62,6 +142,9 @@ class Objective:
     def __init__(self, config: ObjectiveConfig) -> None:
         self.config = config
         self.space = config.space
+        self.serve: Serve = config.serve or LaunchAndBench(
+            config.target, config.space, config.study_dir
+        )
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -164,36 +247,27 @@ class Objective:
             )
         self._check_feasibility(trial, flags)
 
-        target = self.config.target
-        trial_dir = self.config.study_dir / f"trial-{trial.number}"
-        spec = LaunchSpec(
-            module=target.module,
-            server_args=server_args,
-            extra_args=list(target.extra_args),
-            log_path=trial_dir / "server.log",
-            gpus=target.gpus,
-            api_key=target.api_key,
-            ready_timeout_s=target.ready_timeout_s,
-        )
         self._emit("launching", number=trial.number)
+
+        def on_ready(capacity: dict[str, Any], pgid: int | None) -> None:
+            if pgid is not None:
+                trial.set_user_attr(record.SERVER_PGID, pgid)
+            trial.set_user_attr(record.CAPACITY, capacity)
+            self._emit("ready", number=trial.number, capacity=capacity)
+
         try:
-            with launch(spec, engine.classify_failure, engine.READY_LINE) as server:
-                trial.set_user_attr(record.SERVER_PGID, server.process.pid)
-                capacity = dict(engine.parse_capacity(server.log_text()))
-                capacity.update(_capacity_from_server_info(server.server_info))
-                trial.set_user_attr(record.CAPACITY, capacity)
-                self._emit("ready", number=trial.number, capacity=capacity)
-                result = self._bench(trial, server.url, alive=server.alive)
-                died = not server.alive()
-                launch_s = server.launch_s
+            result = self.serve.serve(trial.number, server_args, on_ready, self._stage_hook(trial))
         except LaunchError as exc:
             trial.set_user_attr(
-                record.TIMINGS, {"launch_s": time.monotonic() - started, "bench_s": 0.0}
+                record.TIMINGS,
+                {"launch_s": exc.elapsed_s or time.monotonic() - started, "bench_s": 0.0},
             )
             trial.set_user_attr("log_tail", exc.log_tail[-2000:])
             self._end_without_launch(
                 trial, record.OUTCOME_LAUNCH_FAILED, exc.failure_class, exc.message
             )
+        died = result.died
+        launch_s = result.launch_s
 
         summary = dict(result.summary)
         trial.set_user_attr(record.METRICS, summary)
@@ -302,12 +376,9 @@ class Objective:
         if prediction.skip:
             self._end_without_launch(trial, record.OUTCOME_SKIPPED, None, prediction.reason)
 
-    def _bench(self, trial: optuna.Trial, url: str, alive: Callable[[], bool]) -> Any:
-        from tuner.bench import BenchConfig, WorkloadSpec, run_bench
-
-        space = self.space
-        bench = space.bench
-        n_stages = int(bench.stages)
+    def _stage_hook(self, trial: optuna.Trial) -> StageHook:
+        """After each benchmark stage: record it, and say whether to go on (the pruner)."""
+        n_stages = int(self.space.bench.stages)
         stages: list[dict[str, Any]] = []
 
         def on_stage(stage: int, summary: dict[str, Any]) -> bool:
@@ -322,8 +393,6 @@ class Objective:
                 throughput=point.throughput,
                 latency=point.latency,
             )
-            if not alive():
-                return False
             decision = self.config.pruner.decide(
                 stage, n_stages, point, self._stage_history(trial.study, stage)
             )
@@ -339,19 +408,7 @@ class Objective:
                 return False
             return True
 
-        config = BenchConfig(
-            url=url,
-            workload=WorkloadSpec.from_dict(space.workload),
-            concurrency=bench.concurrency,
-            request_rate=bench.request_rate,
-            arrival=bench.arrival,
-            warmup_requests=bench.warmup_requests,
-            stages=n_stages,
-            api=bench.api,
-            api_key=self.config.target.api_key,
-            request_timeout_s=bench.timeout_s,
-        )
-        return run_bench(config, on_stage=on_stage)
+        return on_stage
 
     def _slo_constraints(self, summary: dict[str, Any]) -> dict[str, float]:
         out = {}
