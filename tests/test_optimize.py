@@ -243,3 +243,25 @@ def test_identical_configuration_reuses_the_result_without_a_launch(tmp_path):
     assert second.user_attrs[record.DUPLICATE_OF] == first.number
     assert second.values == first.values
     assert not (tmp_path / "studies" / "small" / f"trial-{second.number}").exists()
+
+
+@pytest.mark.parametrize("sampler", ["nsga2", "random", "grid"])
+def test_other_samplers_run_a_study(tmp_path, sampler):
+    space = small_space(tmp_path)
+    run_study(_options(tmp_path, space, trials=3, sampler=sampler))
+    trials = _trials(tmp_path, "small")
+    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(finished) == 3
+    assert trials[0].user_attrs[record.IS_DEFAULT]
+    assert any(t.params for t in trials[1:])
+
+
+def test_grid_enumerates_choices_and_range_points(tmp_path):
+    from tuner.space import load_space
+    from tuner.study import grid_search_space
+
+    grid = grid_search_space(load_space(small_space(tmp_path)))
+    assert grid["chunked_prefill_size"] == [2048, 4096, 8192, 16384]
+    assert grid["mem_fraction_static"][0] == pytest.approx(0.70)
+    assert grid["mem_fraction_static"][-1] == pytest.approx(0.95)
+    assert grid["max_running_requests"] == sorted(set(grid["max_running_requests"]))
