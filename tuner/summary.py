@@ -28,22 +28,24 @@ def print_summary(console: Console, summary: StudySummary, space: SearchSpace) -
         table.add_column(thr_name, justify="right")
         table.add_column(lat_name, justify="right")
         table.add_column("running cap", justify="right")
-        table.add_column("tuned flags", overflow="fold")
+        table.add_column("KV tokens", justify="right")
         for t in summary.pareto:
             capacity = t.user_attrs.get(record.CAPACITY) or {}
-            tuned = " ".join(
-                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                for k, v in t.params.items()
-                if v is not None and v is not False
-            )
             table.add_row(
                 str(t.number),
                 f"{t.values[0]:.1f}",
                 f"{t.values[1]:.1f}",
                 str(capacity.get("max_running_requests", "?")),
-                tuned or "sglang defaults",
+                str(capacity.get("max_total_num_tokens", "?")),
             )
         console.print(table)
+        for t in summary.pareto:
+            tuned = " ".join(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in t.params.items()
+                if v is not None and v is not False
+            )
+            console.print(f"  trial {t.number}: {tuned or 'sglang defaults'}", soft_wrap=True)
     console.print(f"export one with: tuner export --study {summary.study_name} --pick knee")
     console.print(f"study directory: {summary.study_dir}")
     console.print(f"storage: {summary.storage_url}")
