@@ -56,3 +56,14 @@ def test_time_scale_does_not_change_modelled_figures():
     slow, fast = modelled_figures(8), modelled_figures(32)
     for name, value in slow.items():
         assert fast[name] == pytest.approx(value, rel=0.06), name
+
+
+def test_tight_kv_pool_retracts_and_still_completes_every_request():
+    workload = OracleWorkload(input_len=256, output_len=512, concurrency=19)
+    with SimProcess.start(["--max-total-tokens", "6000", "--sim-time-scale", "50"]) as sim:
+        records = asyncio.run(run_workload(sim.url, workload, 38))
+        info = httpx.get(sim.url + "/server_info").json()
+    assert len(records) == 38
+    assert {r.completion_tokens for r in records} == {512}
+    assert info["sim_retracted_requests"] > 0
+    assert info["sim_owned_tokens"] == 0  # nothing leaked

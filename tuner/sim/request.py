@@ -18,6 +18,10 @@ class SimRequest:
     arrival: float  # modelled seconds
     seed: int = 0
     keys: list[int] = field(default_factory=list)  # chained block hashes of the prompt
+    # tokens the next prefill must cover: the prompt, plus what it generated before a retraction
+    prefill_total: int = -1
+    resumed: bool = False
+    admit_cached: int = 0  # cached tokens found at the latest admission
     # progress, written by the scheduler
     cached: int = 0
     host_loaded: int = 0
@@ -34,6 +38,10 @@ class SimRequest:
     node: Node | None = None
     owned: int = 0  # KV tokens this request holds outside the prefix cache
     event: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        if self.prefill_total < 0:
+            self.prefill_total = len(self.prompt)
 
     @property
     def prompt_len(self) -> int:

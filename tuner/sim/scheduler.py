@@ -27,14 +27,17 @@ from tuner.sim.clock import Clock
 from tuner.sim.config import SimConfig
 from tuner.sim.memory import MemoryPlan
 from tuner.sim.perf import PerfModel
-from tuner.sim.radix import PrefixCache, block_keys
+from tuner.sim.radix import Node, PrefixCache, block_keys
 from tuner.sim.request import RequestRecord, SimRequest
 
 MAX_MACRO_STEPS = 64
 MAX_LAG_WALL_S = 0.1
 # Share of each running request's remaining max_new_tokens kept free in the KV pool at admission
-# (sglang's new_token_ratio, which starts near 0.7 and decays while nothing is retracted).
+# (sglang's new_token_ratio): low while nothing is retracted; a retraction sets it to 1 (exact
+# reserve, so a retracted request does not come back only to be retracted again), and it decays
+# back by NEW_TOKEN_RATIO_DECAY per decode step.
 NEW_TOKEN_RATIO = 0.4
+NEW_TOKEN_RATIO_DECAY = 0.002
 LPM_MAX_QUEUE = 128  # sglang falls back to fcfs for longer queues
 BLOCK_TOKENS = 16
 
@@ -104,6 +107,8 @@ class Scheduler:
         self.cached_tokens_total = 0
         self.generation_tokens_total = 0
         self.finished_total = 0
+        self.retracted_total = 0
+        self.new_token_ratio = NEW_TOKEN_RATIO
         self.on_finish: Callable[[SimRequest], None] | None = None
         self.on_release: Callable[[SimRequest, int, float], None] | None = None
         self.on_first_token: Callable[[SimRequest], None] | None = None
@@ -223,9 +228,12 @@ class Scheduler:
 
     def _reserved_future(self) -> float:
         return (
-            sum((r.max_new_tokens - r.generated) * NEW_TOKEN_RATIO for r in self.running)
+            sum((r.max_new_tokens - r.generated) * self.new_token_ratio for r in self.running)
             * self.config.args.schedule_conservativeness
         )
+
+    def _own_reserve(self, req: SimRequest) -> float:
+        return min(req.max_new_tokens - req.generated, 4096) * self.new_token_ratio
 
     def _next_waiting(self) -> SimRequest | None:
         if not self.waiting:
@@ -257,7 +265,7 @@ class Scheduler:
                 self.chunked = None
                 self._finish(req, self.t, error="aborted", insert=False)
             else:
-                n = min(req.prompt_len - req.prefilled, chunk_budget)
+                n = min(req.prefill_total - req.prefilled, chunk_budget)
                 if not self._ensure_free(n):
                     return None
                 items.append((req, n, req.prefilled))
@@ -272,31 +280,31 @@ class Scheduler:
                 break
             if reserved is None:
                 reserved = self._reserved_future()
-            cached, host_part = self._match(req)
-            new = max(req.prompt_len - cached, 1)
-            cached = req.prompt_len - new
+            # hold the matched prefix first, so making room cannot evict it
+            node, cached, host_part = self._match(req)
+            if node is not None:
+                self.cache.lock(node, self.t)
+            new = max(req.prefill_total - cached, 1)
+            cached = req.prefill_total - new
             take = new
+            if new > chunk_budget and chunk_limit is None and items:
+                self._unlock(node)
+                break
             if new > chunk_budget:
-                if chunk_limit is None and items:
-                    break
                 take = chunk_budget if chunk_limit is not None else new
-            need = (
-                take
-                + host_part
-                + int(reserved)
-                + int(min(req.max_new_tokens, 4096) * NEW_TOKEN_RATIO)
+            need = take + host_part + int(reserved) + int(self._own_reserve(req))
+            fits = self._ensure_free(need) or (
+                not items and not self.running and self._ensure_free(take + host_part)
             )
-            if not self._ensure_free(need):
-                if items or self.running:
-                    break
-                if not self._ensure_free(take + host_part):
-                    break
+            if not fits:
+                self._unlock(node)
+                break
             self.waiting.popleft()
-            lt, ls = self._admit(req, cached)
+            lt, ls = self._admit(req, node, cached, host_part > 0)
             loaded += lt
             loaded_states += ls
             items.append((req, take, cached))
-            reserved += min(req.max_new_tokens, 4096) * NEW_TOKEN_RATIO
+            reserved += self._own_reserve(req)
             chunk_budget -= take
             budget -= take
             if take < new:
@@ -305,30 +313,37 @@ class Scheduler:
             return None
         return items, loaded, loaded_states
 
-    def _match(self, req: SimRequest) -> tuple[int, int]:
-        """(usable cached tokens, of which to load from host) for a waiting request."""
+    def _match(self, req: SimRequest) -> tuple[Node | None, int, int]:
+        """(node to resume from, usable cached tokens, of which to load from host)."""
         if self.cache is None or not req.keys:
-            return 0, 0
+            return None, 0, 0
         m = self.cache.match(req.keys)
-        return m.total_tokens, m.total_tokens - m.gpu_tokens
+        if m.total_tokens > m.gpu_tokens:
+            return m.node, m.total_tokens, m.total_tokens - m.gpu_tokens
+        return m.gpu_node, m.gpu_tokens, 0
 
-    def _admit(self, req: SimRequest, cached: int) -> tuple[int, int]:
+    def _unlock(self, node: Node | None) -> None:
+        if node is not None and self.cache is not None:
+            self.cache.unlock(node)
+
+    def _admit(
+        self, req: SimRequest, node: Node | None, cached: int, from_host: bool
+    ) -> tuple[int, int]:
+        """Take a request in; ``node`` (its cached prefix) is locked already."""
         loaded = states = 0
-        if self.cache is not None and req.keys:
-            m = self.cache.match(req.keys)
-            node = m.node if m.total_tokens > m.gpu_tokens else m.gpu_node
-            if node is not None and m.total_tokens > m.gpu_tokens:
+        if self.cache is not None and node is not None:
+            if from_host:
                 loaded, states = self.cache.load_from_host(node)
-            if node is not None:
-                self.cache.lock(node, self.t)
-                self.cache.touch_state(node)
-                self.cache.hit(node)
-            req.node = node
-        req.cached = cached
-        req.host_loaded = loaded
+            self.cache.touch_state(node)
+            self.cache.hit(node)
+        req.node = node
         req.prefilled = cached
-        self.prompt_tokens_total += req.prompt_len
-        self.cached_tokens_total += cached
+        req.admit_cached = cached
+        if not req.resumed:
+            req.cached = cached
+            req.host_loaded = loaded
+            self.prompt_tokens_total += req.prompt_len
+            self.cached_tokens_total += cached
         self._trim_states(extra=1)
         return loaded, states
 
@@ -353,14 +368,14 @@ class Scheduler:
         for req, n, _ in items:
             req.owned += n
             self.owned_tokens += n
-            if req is not self.chunked and req.prefilled + n < req.prompt_len:
+            if req is not self.chunked and req.prefilled + n < req.prefill_total:
                 self.chunked = req
         t_end = self.t + duration
         await self._sleep_until(t_end)
         self.t = t_end
         for req, n, _ in items:
             req.prefilled += n
-            if req.prefilled < req.prompt_len:
+            if req.prefilled < req.prefill_total:
                 continue
             if req is self.chunked:
                 self.chunked = None
@@ -368,6 +383,10 @@ class Scheduler:
                 self._finish(req, self.t, error="aborted", insert=False)
                 continue
             self._cache_prompt(req)
+            if req.resumed:  # back from a retraction: its tokens were streamed already
+                req.resumed = False
+                self.running.append(req)
+                continue
             req.generated = 1
             req.owned += 1
             self.owned_tokens += 1
@@ -398,7 +417,7 @@ class Scheduler:
             self.cache.unlock(req.node)
         req.node = node
         covered = len(req.keys) * self.block
-        moved = max(0, covered - req.cached)
+        moved = max(0, covered - req.admit_cached)
         req.owned -= moved
         self.owned_tokens -= moved
         self._trim_states()
@@ -487,6 +506,9 @@ class Scheduler:
     ) -> None:
         produced = np.minimum(cum[:, k - 1], remaining)
         t_end = t0 + k * step
+        self.new_token_ratio = max(
+            NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY * k
+        )
         self.t = t_end
         total = int(produced.sum())
         self._ensure_free(total)
@@ -530,11 +552,13 @@ class Scheduler:
             self.cache.unlock(req.node)
         req.node = None
         # it resumes by prefilling prompt + what it generated so far
-        req.prompt = req.prompt + tok.output_ids(0, req.generated, req.seed)
-        req.target_len -= req.generated
-        req.max_new_tokens -= req.generated
-        req.keys = block_keys(req.prompt, self.block) if self.cache is not None else []
+        sequence = req.prompt + tok.output_ids(0, req.generated, req.seed)
+        req.prefill_total = len(sequence)
+        req.resumed = True
+        req.keys = block_keys(sequence, self.block) if self.cache is not None else []
         req.prefilled = 0
+        self.retracted_total += 1
+        self.new_token_ratio = 1.0
         self.waiting.appendleft(req)
 
     # ------------------------------------------------------------ completion

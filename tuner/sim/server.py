@@ -251,6 +251,9 @@ class SimServer:
                     "internal_states": [state],
                     "sim_memory_plan": plan.as_dict(),
                     "sim_stall_s": s.stall_s,
+                    "sim_retracted_requests": s.retracted_total,
+                    "sim_gpu_cache_tokens": s.cache.gpu_tokens if s.cache else 0,
+                    "sim_owned_tokens": s.owned_tokens,
                     "sim_now_s": self.clock.now(),
                 }
             )
