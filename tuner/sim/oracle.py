@@ -310,7 +310,13 @@ def _steady_state(
             # one; an arrival waits for the step in flight, each prefill stalls the others
             inflight = d / 2 if b > 1 else 0.0
             firsts = [inflight + p for p in pf]
-            lives = [f + steps * d + (b - 1) * mean_pf for f in firsts]
+            own_steps = steps
+            if config.args.enable_mixed_chunk and b > 1:
+                # the others' prefill batches each carry one decode token of this request
+                ctx = statistics.fmean(t.prompt for t in turns) + o / 2
+                mean_pf += perf.mixed_decode_extra(b - 1, int((b - 1) * ctx))
+                own_steps = max(o - 1 - (b - 1), 0) / tau
+            lives = [f + own_steps * d + (b - 1) * mean_pf for f in firsts]
         else:
             # in lockstep: equal lengths end together and the next wave comes together. Its
             # first batch is the queued requests (or the first arrival), then the rest

@@ -112,6 +112,13 @@ class PerfModel:
         )
         return verify + (self.spec_steps + 1) * draft_one + batch * self.spec_per_request
 
+    def mixed_decode_extra(self, batch: int, context_tokens: int) -> float:
+        """What ``batch`` decoding requests add to a prefill batch they ride in (mixed chunk):
+        their KV and state traffic and their FLOPs; the weights are read once anyway."""
+        bytes_read = batch * self.state_rw_bytes + context_tokens * self.kv_bytes_per_token
+        flops = batch * self.flops_per_token + self.attn_flops_coeff * context_tokens
+        return bytes_read / self.bandwidth + flops / self.flops + batch * self.per_request
+
     def step(self, batch: int, context_tokens: int) -> float:
         if self.speculative:
             return self.spec_iteration(batch, context_tokens)

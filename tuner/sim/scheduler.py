@@ -94,7 +94,7 @@ class Scheduler:
         self.owned_tokens = 0
         self.t = 0.0  # modelled time at which the GPU is free
         self.stall_s = 0.0
-        self.busy = False
+        self._mixed = config.args.enable_mixed_chunk and not perf.speculative
         self._wake = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._last_flush_wall = 0.0
@@ -187,11 +187,9 @@ class Scheduler:
             if pending and len(pending) == len(self.waiting):
                 self.t = min(r.arrival for r in pending)
                 continue
-            self.busy = False
             self._wake.clear()
             await self._wake.wait()
             self.t = max(self.t, self.clock.now())
-            self.busy = True
 
     def _catch_up(self) -> None:
         lag = self.clock.now() - self.t - MAX_LAG_WALL_S * self.clock.scale
@@ -199,20 +197,11 @@ class Scheduler:
             self.stall_s += lag
             self.t += lag
 
-    async def _sleep_until(self, model_t: float, interruptible: bool = False) -> None:
+    async def _sleep_until(self, model_t: float) -> None:
+        """Sleep through a forward pass (arrivals wait for it, as on a GPU)."""
         delay = self.clock.wall_delay(model_t)
-        if delay <= 0:
-            return
-        if not interruptible:
+        if delay > 0:
             await asyncio.sleep(delay)
-            return
-        self._wake.clear()
-        loop = asyncio.get_running_loop()
-        timer = loop.call_later(delay, self._wake.set)
-        try:
-            await self._wake.wait()
-        finally:
-            timer.cancel()
 
     # ------------------------------------------------------------ prefill
     def _free_tokens(self) -> int:
@@ -365,6 +354,13 @@ class Scheduler:
         duration = self.perf.prefill(
             new_tokens, len(items), pairs, loaded, written, loaded_states + written_states
         )
+        # --enable-mixed-chunk: the running requests decode one token inside the prefill batch
+        mixed = [r for r in self.running if not r.aborted] if self._mixed else []
+        if mixed and self._ensure_free(len(mixed)):
+            context = sum(r.prompt_len + r.generated for r in mixed)
+            duration += self.perf.mixed_decode_extra(len(mixed), context)
+        else:
+            mixed = []
         for req, n, _ in items:
             req.owned += n
             self.owned_tokens += n
@@ -373,6 +369,8 @@ class Scheduler:
         t_end = self.t + duration
         await self._sleep_until(t_end)
         self.t = t_end
+        if mixed:
+            self._advance_mixed(mixed)
         for req, n, _ in items:
             req.prefilled += n
             if req.prefilled < req.prefill_total:
@@ -400,6 +398,20 @@ class Scheduler:
             else:
                 self.running.append(req)
                 self._release(req, self.t)
+
+    def _advance_mixed(self, mixed: list[SimRequest]) -> None:
+        still = [r for r in self.running if r not in mixed]
+        for req in mixed:
+            req.generated += 1
+            req.owned += 1
+            self.owned_tokens += 1
+            if req.generated >= req.target_len:
+                self._finish(req, self.t)
+            else:
+                still.append(req)
+        self.generation_tokens_total += len(mixed)
+        self._record_gen(len(mixed))
+        self.running = still
 
     def _cache_prompt(self, req: SimRequest) -> None:
         """Insert the prefilled prompt into the tree (sglang caches unfinished requests)."""

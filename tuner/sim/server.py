@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import socket
 import sys
@@ -75,7 +76,7 @@ class SimServer:
         )
         self._rng = np.random.default_rng(self.args.sim_seed + 1)
         self._req_seq = 0
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: list[asyncio.Task[None]] = []  # keeps the scheduler task referenced
         self.app = self._build_app()
 
     # ------------------------------------------------------------ lifecycle
@@ -153,8 +154,6 @@ class SimServer:
         for line in logs.failure_lines(failure, in_scheduler=True):
             sys.stderr.write(line + "\n")
         sys.stderr.flush()
-        import os
-
         os._exit(1)
 
     # ------------------------------------------------------------ middleware
