@@ -17,7 +17,7 @@ import pytest
 
 from tuner.sim.harness import SimProcess
 
-SCALE = 20
+SCALE = 10
 SPEC = [
     "--speculative-algorithm",
     "NEXTN",
