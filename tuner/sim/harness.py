@@ -4,6 +4,8 @@
         httpx.get(sim.url + "/server_info")
 
 The process runs in its own process group; ``stop`` sends SIGTERM, then SIGKILL to the group.
+On Linux the server also gets SIGTERM when the thread that started it exits (PR_SET_PDEATHSIG),
+so start it from a thread that outlives it (pytest's main thread does).
 """
 
 from __future__ import annotations
