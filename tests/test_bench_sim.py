@@ -75,12 +75,13 @@ def test_bench_agrees_with_the_simulators_own_record():
         {"kind": "random", "requests": 16, "input_len": 2048, "output_len": 32, "seed": 1}
     )
     # What the client adds (HTTP, the server's handling of a burst of arrivals) is scaled up by K
-    # in modelled time like everything else: a small K keeps it well under the 2% allowed
-    # (measured on the shared 2-core machine: TTFT +0.6% at K=2, +1.1% at K=4, +7% at K=20).
-    with simulator("--sim-time-scale", "2") as url:
+    # in modelled time like everything else (measured on the shared 2-core machine: TTFT +0.6%
+    # at K=2, +1.1% at K=4, +7% at K=20, and +2.1% at K=2 with the CPUs busy): real time keeps
+    # it well under the 2% allowed, whatever else the machine runs.
+    with simulator("--sim-time-scale", "1") as url:
         result = run_bench(BenchConfig(url=url, workload=spec, concurrency=8, warmup_requests=0))
         served = sim_record(url)
-    assert result.summary["completed"] == 16 and result.time_scale == 2.0
+    assert result.summary["completed"] == 16 and result.time_scale == 1.0
     ours = {r.rid for r in result.records}
     matched = [r for r in served if r.get("rid") in ours] or served
     assert len(matched) == 16

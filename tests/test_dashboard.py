@@ -12,6 +12,7 @@ import time
 import optuna
 import pytest
 from chromium_helper import launch, needs_chromium
+from ctrl_c import sigint_as_in_a_terminal
 from fixture_studies import sqlite_study
 
 from tuner.errors import UserError
@@ -78,6 +79,7 @@ def test_dashboard_shows_the_study_and_stops_cleanly_on_ctrl_c(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=sigint_as_in_a_terminal,
     )
     try:
         url = _read_url(proc)

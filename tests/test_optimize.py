@@ -11,6 +11,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from ctrl_c import sigint_as_in_a_terminal
 from optuna.trial import TrialState
 from sim_spaces import small_space
 
@@ -193,7 +194,11 @@ def test_ctrl_c_stops_the_server_and_the_same_command_resumes(tmp_path):
         "--no-report",
     ]
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=sigint_as_in_a_terminal,
     )
     log = studies / "small" / "trial-1" / "server.log"
     deadline = time.monotonic() + 60

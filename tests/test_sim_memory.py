@@ -143,7 +143,15 @@ def test_cuda_graph_capture_fails_when_graphs_do_not_fit():
             "ValueError: extra_buffer mamba scheduler strategy requires the radix cache",
         ),
         (
-            ["--enable-hicache", "--hicache-ratio", "1.0"],
+            [
+                "--sim-sglang-version",
+                "0.5.11",
+                "--sim-model",
+                "qwen3-8b",
+                "--enable-hicache",
+                "--hicache-ratio",
+                "1.0",
+            ],
             "AssertionError: The host memory should be larger than the device memory",
         ),
         (["--enable-hicache", "--hicache-size", "900"], "ValueError: Not enough host memory"),
@@ -156,6 +164,16 @@ def test_startup_rules(argv, text):
 
 def test_hicache_and_speculation_allowed_on_hybrid_models_in_0_5_23():
     assert plan(*SEED_SPEC, "--enable-hicache").max_running_requests == 4
+
+
+def test_hicache_ratio_of_one_is_allowed_in_0_5_23_only():
+    # 0.5.1x asserted a host pool larger than the device pool; 0.5.23 dropped that assertion.
+    assert plan("--enable-hicache", "--hicache-ratio", "1.0").max_total_num_tokens > 0
+    old = failure(
+        "--sim-sglang-version", "0.5.11", "--sim-model", "qwen3-8b",
+        "--enable-hicache", "--hicache-ratio", "1.0",
+    )  # fmt: skip
+    assert "host memory should be larger" in old.line
 
 
 def run_sim(*argv: str) -> subprocess.CompletedProcess[str]:

@@ -132,7 +132,7 @@ def human_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from exc
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
+def version_tuple(version: str) -> tuple[int, ...]:
     try:
         return tuple(int(p) for p in version.split(".")[:3])
     except ValueError as exc:
@@ -298,7 +298,7 @@ def _generation(argv: list[str]) -> str:
     known, _ = pre.parse_known_args(argv)
     if not known.sim_sglang_version:
         return "both"
-    return "new" if _version_tuple(known.sim_sglang_version) >= (0, 5, 23) else "old"
+    return "new" if version_tuple(known.sim_sglang_version) >= (0, 5, 23) else "old"
 
 
 def parse_args(argv: list[str]) -> ServerArgs:

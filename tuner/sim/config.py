@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner.sim.args import ServerArgs
+from tuner.sim.args import ServerArgs, version_tuple
 from tuner.sim.failures import rule
 from tuner.sim.profiles import (
     HardwareProfile,
@@ -103,10 +103,6 @@ def auto_mem_fraction(
     return round((total_mb - reserved_mb) / total_mb, 3)
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
-
-
 def _resolve_spec(args: ServerArgs, model: ModelProfile) -> tuple[SpecConfig | None, list[str]]:
     warnings: list[str] = []
     if args.speculative_algorithm is None:
@@ -174,7 +170,7 @@ def _is_hf_dir(path: str) -> bool:
 
 def resolve_with(args: ServerArgs, hardware: HardwareProfile, model: ModelProfile) -> SimConfig:
     warnings: list[str] = []
-    version = _version_tuple(args.sglang_version)
+    version = version_tuple(args.sglang_version)
     spec, spec_warnings = _resolve_spec(args, model)
     warnings += spec_warnings
 
@@ -255,7 +251,9 @@ def resolve_with(args: ServerArgs, hardware: HardwareProfile, model: ModelProfil
                 "Hierarchical cache is not supported with speculative decoding in "
                 f"sglang {args.sglang_version}"
             )
-        if args.hicache_size == 0 and args.hicache_ratio <= 1.0:
+        # 0.5.1x asserted a host pool larger than the device pool; 0.5.23's host pool no
+        # longer does (read from both wheels' mem_cache code).
+        if version < (0, 5, 23) and args.hicache_size == 0 and args.hicache_ratio <= 1.0:
             raise rule(
                 "The host memory should be larger than the device memory with the "
                 "current protocol: --hicache-ratio must be > 1",

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tuner.sim.args import version_tuple
 from tuner.sim.config import SPEC_DEFAULT_MAX_RUNNING, SimConfig
 from tuner.sim.failures import cuda_graph_failed, cuda_oom, not_enough_memory, rule
 
@@ -196,7 +197,7 @@ def plan_memory(config: SimConfig) -> MemoryPlan:
                 * (args.hicache_ratio if args.hicache_size == 0 else host_tokens / max(tokens, 1))
             )
         host_gib = (host_tokens * kv_per_token + host_slots * state) / GIB
-        if host_tokens <= tokens:
+        if host_tokens <= tokens and version_tuple(args.sglang_version) < (0, 5, 23):
             raise rule(
                 "The host memory should be larger than the device memory with the current "
                 f"protocol: host pool {host_tokens} tokens <= device pool {tokens} tokens",
