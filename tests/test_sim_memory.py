@@ -60,9 +60,18 @@ def test_explicit_max_running_requests_shrinks_the_speculative_reserve():
 
 
 def test_no_buffer_uses_three_slots_per_request():
-    p = plan("--mamba-radix-cache-strategy", "no_buffer")
+    p = plan("--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule")
     assert p.mamba_slot_ratio == 3
     assert p.max_running_requests == p.mamba_slots // 3
+
+
+def test_explicit_no_buffer_with_overlap_fails_in_0_5_23_and_is_switched_off_before():
+    assert (
+        "no_buffer do not support overlap schedule"
+        in failure("--mamba-radix-cache-strategy", "no_buffer").line
+    )
+    old = plan("--sim-sglang-version", "0.5.11", "--mamba-scheduler-strategy", "no_buffer")
+    assert old.mamba_slot_ratio == 3
 
 
 def test_hicache_does_not_raise_the_running_cap():

@@ -221,6 +221,13 @@ def resolve_with(args: ServerArgs, hardware: HardwareProfile, model: ModelProfil
         if strategy == "no_buffer":
             if page_size != 1:
                 raise rule("no_buffer mamba scheduler strategy requires --page-size 1")
+            if overlap and version >= (0, 5, 23) and args.mamba_radix_cache_strategy == "no_buffer":
+                # 0.5.23 asserts instead of switching overlap off when no_buffer is explicit.
+                raise rule(
+                    "no_buffer do not support overlap schedule. Try to set "
+                    "disable_overlap_schedule=True.",
+                    "AssertionError",
+                )
             if overlap:
                 warnings.append(
                     "Overlap scheduler is disabled when using the no_buffer mamba "
