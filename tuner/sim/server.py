@@ -464,9 +464,12 @@ class SimServer:
         self.scheduler.submit(req)
         text = ""
         try:
+            ids: list[int] = []
             async for start, stop, _ in self._progress(req):
                 text += tok.output_text(start, stop, req.seed)
-                chunk = {"text": text, "meta_info": self._meta(req), "index": 0}
+                ids += tok.output_ids(start, stop, req.seed)
+                # Cumulative, like text: what sglang streams unless told to stream increments.
+                chunk = {"text": text, "output_ids": ids, "meta_info": self._meta(req), "index": 0}
                 await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
             await resp.write(b"data: [DONE]\n\n")
         except (ConnectionResetError, asyncio.CancelledError):
