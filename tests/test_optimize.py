@@ -117,6 +117,17 @@ def test_server_dying_mid_benchmark_is_recorded(tmp_path):
     assert _no_server_left(tmp_path)
 
 
+def test_a_server_that_answers_only_errors_is_recorded(tmp_path):
+    space = small_space(tmp_path, sim={"fault_error_rate": 1.0})
+    run_study(_options(tmp_path, space, trials=1))
+    (t,) = _trials(tmp_path, "small")
+    assert t.state == TrialState.PRUNED
+    assert t.user_attrs[record.OUTCOME] == record.OUTCOME_BENCH_FAILED
+    assert t.user_attrs[record.FAILURE_CLASS] == "benchmark_failed"
+    assert t.constraints["launch"] > 0
+    assert _no_server_left(tmp_path)
+
+
 def test_stage_pruner_stops_a_dominated_trial_early(tmp_path):
     space = small_space(tmp_path)
     # Aggressive on purpose: after one completed trial, anything slower than it is pruned.

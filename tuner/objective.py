@@ -111,7 +111,17 @@ class LaunchAndBench:
                 api_key=target.api_key,
                 request_timeout_s=bench.timeout_s,
             )
-            result = run_bench(config, on_stage=hook)
+            try:
+                result = run_bench(config, on_stage=hook)
+            except Exception as exc:  # unreachable, or the server broke the protocol / died
+                return Served(
+                    capacity=capacity,
+                    summary={"completed": 0, "error": f"{type(exc).__name__}: {exc}"},
+                    duration_s=0.0,
+                    stopped_at_stage=None,
+                    died=not server.alive(),
+                    launch_s=server.launch_s,
+                )
             return Served(
                 capacity=capacity,
                 summary=dict(result.summary),
@@ -284,12 +294,12 @@ class Objective:
         if died or completed == 0:
             trial.set_user_attr(record.OUTCOME, record.OUTCOME_BENCH_FAILED)
             trial.set_user_attr(
-                record.FAILURE_CLASS, "died_during_benchmark" if died else "exited_before_ready"
+                record.FAILURE_CLASS, "died_during_benchmark" if died else "benchmark_failed"
             )
             message = (
                 "server died during the benchmark"
                 if died
-                else f"no request completed ({summary.get('errors', '?')} errors)"
+                else f"no request completed: {summary.get('error') or 'every request failed'}"
             )
             trial.set_user_attr(record.FAILURE_MSG, message)
             constraints["launch"] = 1.0

@@ -87,5 +87,6 @@ FAILURE_CLASSES = (
     "exited_before_ready",  # any other exit before the ready line
     "never_ready",  # still not ready at the timeout
     "died_during_benchmark",
+    "benchmark_failed",  # the server stayed up but no request completed (errors, timeouts)
     "port_in_use",
 )
