@@ -29,8 +29,6 @@ Classifier = Callable[[str, int | None], tuple[str, str]]
 
 PORT_IN_USE = "port_in_use"
 NEVER_READY = "never_ready"
-EXITED_BEFORE_READY = "exited_before_ready"
-DIED_DURING_BENCHMARK = "died_during_benchmark"
 
 
 @dataclass(frozen=True)
