@@ -136,11 +136,11 @@ def test_stage_pruner_stops_a_dominated_trial_early(tmp_path):
     run_study(study_options)
     storage = open_storage(None, "small", tmp_path / "studies")
     study = optuna.load_study(study_name="small", storage=storage)
-    # A configuration that serves one request at a time: far less throughput than the default.
+    # A configuration that serves few requests at a time: far less throughput than the default.
     study.enqueue_trial(
         {
             "speculative_algorithm": None,
-            "max_running_requests": 1,
+            "max_running_requests": 4,
             "mamba_radix_cache_strategy": "extra_buffer",
             "enable_hierarchical_cache": False,
         }
