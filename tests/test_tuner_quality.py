@@ -1,0 +1,97 @@
+"""benchmarks/tuner_quality.py runs end to end (--fast) and its figures are well-formed.
+
+Only shape is checked here: what the figures are is the benchmark's business, not the test's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from chromium_helper import CHROMIUM
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+SCRIPT = BENCHMARKS / "tuner_quality.py"
+METHODS = ("default", "tpe-no-pruning", "tpe-no-feasibility", "random", "grid", "grid-shuffled")
+
+
+def _can_plot() -> bool:
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        return False
+    return CHROMIUM is not None
+
+
+def test_fast_run_writes_well_formed_figures(tmp_path):
+    plot = _can_plot()
+    argv = [sys.executable, str(SCRIPT), "--fast", "--out", str(tmp_path)]
+    run = subprocess.run(
+        argv + ([] if plot else ["--no-plot"]), capture_output=True, text=True, timeout=240
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    data = json.loads((tmp_path / "tuner_quality.json").read_text())
+    table = (tmp_path / "tuner_quality.md").read_text()
+    assert set(data["methods"]) == set(METHODS)
+    assert data["oracle"]["best_throughput"] > 0 and data["oracle"]["hypervolume"] > 0
+    assert "median_ttft_ms" in " ".join(data["slos"])  # the p99 SLO moved to what the oracle gives
+    for name, method in data["methods"].items():
+        assert set(method["budgets"]) == {"5", "10"}, name
+        for budget, seeds in method["budgets"].items():
+            assert len(seeds) == 1
+            for f in seeds:
+                assert 0.0 <= f["best_fraction"] <= 1.05, (name, f)
+                assert 0.0 <= f["hv_fraction"] <= 1.05, (name, f)
+                assert f["gpu_hours"] >= 0 and f["crashed"] >= 0, (name, f)
+                assert f["pruned"] >= 0 and f["skipped"] >= 0, (name, f)
+                reach = f["trials_to_reach"]
+                assert reach is None or 1 <= reach <= int(budget), (name, f)
+        curve = method["curve"]["median"]
+        assert len(curve) == 10 and all(0.0 <= v <= 1.05 for v in curve), name
+        assert curve == sorted(curve), name  # best-so-far never goes down
+    for name in METHODS:
+        assert name in data["methods"] and "| " in table
+    if plot:
+        assert (tmp_path / "tuner_quality.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.fixture
+def oracle_serve():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import oracle_serve
+
+        yield oracle_serve
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_oracle_serve_charges_only_what_ran(oracle_serve):
+    from tuner.engines import sglang as engine
+    from tuner.launcher import LaunchError
+    from tuner.space import load_space
+
+    space = load_space("qwen3.6-27b-mtp-hicache")
+    serve = oracle_serve.OracleServe(space, seed=0)
+    args = engine.build_server_args({"model_path": space.model_path}, space.engine_version)
+    stages = []
+    full = serve.serve(
+        0, args, lambda c, p: None, lambda s, summary: stages.append(summary) or True
+    )
+    assert len(stages) == space.bench.stages and full.stopped_at_stage is None
+    assert stages[-1]["completed"] == full.summary["completed"] > stages[0]["completed"]
+    cut = serve.serve(1, args, lambda c, p: None, lambda s, summary: False)
+    assert cut.stopped_at_stage == 0 and serve.costs[1].pruned
+    assert serve.costs[1].launch_s == serve.costs[0].launch_s > 60  # a launch takes minutes
+    assert serve.costs[1].bench_s < serve.costs[0].bench_s / 2
+    starved = engine.build_server_args(
+        {"model_path": space.model_path, "mem_fraction_static": 0.5}, space.engine_version
+    )
+    with pytest.raises(LaunchError) as failed:
+        serve.serve(2, starved, lambda c, p: None, lambda s, summary: True)
+    assert failed.value.failure_class == "not_enough_memory"
+    assert 0 < failed.value.elapsed_s < serve.costs[0].launch_s
+    assert serve.costs[2].crashed and serve.costs[2].bench_s == 0
