@@ -1,13 +1,14 @@
 """How good is the tuner: what it finds, and what it costs, against the simulator's true optimum.
 
     python benchmarks/tuner_quality.py                       # the full run (README figures)
-    python benchmarks/tuner_quality.py --budgets 20,40 --seeds 3
+    python benchmarks/tuner_quality.py --budgets 20,40 --seeds 3 --served 0
     python benchmarks/tuner_quality.py --fast --out /tmp/q   # seconds; what the test suite runs
 
-Methods, each on the same trial budgets and seeds, all through the real objective
-(`tuner.objective.Objective` + `tuner.study.run_trials` on an in-memory Optuna study) served by
-the simulator's oracle (`oracle_serve.OracleServe`: no server is launched; see that module for
-the noise and GPU-time models):
+Budgets 20, 40, 80 and 200 trials (200 so that trials-to-95% is measured for the methods that
+take longer than 80), 5 seeds. Methods, each on the same budgets and seeds, all through the real
+objective (`tuner.objective.Objective` + `tuner.study.run_trials` on an in-memory Optuna study)
+served by the simulator's oracle (`oracle_serve.OracleServe`: no server is launched; see that
+module for the noise and GPU-time models):
 
 - default: TPESampler(multivariate, group) + stage pruning + feasibility model (memory estimate
   and learned crash classifier), sglang's defaults as trial 0 (`tuner optimize`);
@@ -28,20 +29,28 @@ every smaller budget as its prefix.
 The truth: every configuration's noise-free figures come from the oracle. The optimum is the
 best SLO-feasible configuration of a dense grid of the space (every categorical choice, up to
 --dense-points values of each numeric range, conditions honoured, the objective's
-`check_startup_rules` applied), refined by coordinate sweeps over every value of each numeric
-parameter from the best points and from every point of the Pareto front, and united with every
-configuration any study visited. The figures score what a tuner found at its true worth: a trial
+`check_startup_rules` applied), refined by coordinate sweeps (every value of one parameter at a
+time) from the best points until nothing improves and from every point of the Pareto front, and
+united with every configuration any study launched (the table says whether one beat the
+search). The figures score what a tuner found at its true worth: a trial
 counts when the tuner recorded it as complete and SLO-feasible (from its noisy measurement, as
 its report would), and it counts with its noise-free throughput and latency, so a lucky
 measurement flatters no method.
 
-SLO: the oracle gives medians, not tail percentiles. A space whose SLO is on a percentile or a
-mean is benchmarked as a variant with the same limit on the median of the same quantity (the seed
-space's `p99_ttft_ms <= 3000` becomes `median_ttft_ms <= 3000`); the output says so.
+The space is a variant the oracle can judge, and the output says so (`oracle_variant`):
+- the oracle gives medians, not tail percentiles: an SLO on a percentile or a mean moves to the
+  median of the same quantity with the same limit (the seed's `p99_ttft_ms <= 3000` becomes
+  `median_ttft_ms <= 3000`);
+- the oracle models a multi-turn load as one conversation per client; tuner.bench keeps every
+  conversation in flight, so the seed's 32 conversations at 16 clients reuse far less of the
+  prefix cache when served than the oracle predicts (measured: hit rate 0.68 vs 0.92, output
+  tok/s 0.65-0.8 of the oracle's); the variant has one conversation per client
+  (--keep-workload runs the workload as the space gives it).
 
-Served check: a few configurations (sglang's defaults, the oracle's best, front points, a
-crashing one) are also launched as real simulator processes (`tuner.objective.LaunchAndBench`,
-the HTTP benchmark) and their figures compared with what OracleServe reports for them.
+Served check: a few configurations (sglang's defaults, the oracle's best, two front points, the
+best just inside and just outside the SLO limit, a crashing one) are also launched as real
+simulator processes (`tuner.objective.LaunchAndBench`, the HTTP benchmark) and their figures
+compared with what OracleServe reports for them, with both SLO verdicts.
 
 Outputs in --out (default benchmarks/results): tuner_quality.md (table), tuner_quality.json
 (every figure, per seed), tuner_quality.png (best-so-far vs trials and vs GPU hours; plotly +
@@ -118,14 +127,15 @@ METHODS = (
 
 @dataclass(frozen=True)
 class Options:
-    budgets: tuple[int, ...] = (20, 40, 80)
+    # 20, 40 and 80 as the issue asks; 200 so that trials-to-95% is measured for the slow ones.
+    budgets: tuple[int, ...] = (20, 40, 80, 200)
     seeds: int = 5
     methods: tuple[str, ...] = tuple(m.name for m in METHODS)
     space_path: Path | None = None
     noise: float = 1.0  # multiplier of oracle_serve.NoiseModel's default sigmas
     dense_points: int = 6
     refine: bool = True
-    served: int = 5  # configurations served for real (0: skip)
+    served: int = 7  # configurations served for real (0: skip)
     served_time_scale: float = 20.0
     keep_workload: bool = False  # run a multi-turn workload as the space gives it
     out: Path = ROOT / "benchmarks" / "results"
@@ -255,6 +265,15 @@ class Truth:
     throughput: float
     latency: float
     failure: str | None = None
+    slo_values: tuple[float, ...] = ()  # the space's SLO metrics, in its order
+
+
+def slos_met(space: SearchSpace, summary: dict[str, Any]) -> bool:
+    """What the objective's constraints say: a missing metric is a violated SLO."""
+    return all(
+        slo.metric in summary and slo.violation(float(summary[slo.metric])) <= 0
+        for slo in space.slos
+    )
 
 
 class Oracle:
@@ -282,11 +301,9 @@ class Oracle:
         objectives = self.space.objectives
         throughput = float(summary[objectives.throughput])
         latency = float(summary.get(objectives.latency, math.inf))
-        met = all(
-            slo.metric in summary and slo.violation(float(summary[slo.metric])) <= 0
-            for slo in self.space.slos
-        )
-        return Truth(True, met and math.isfinite(latency), throughput, latency)
+        met = slos_met(self.space, summary)
+        values = tuple(float(summary.get(slo.metric, math.nan)) for slo in self.space.slos)
+        return Truth(True, met and math.isfinite(latency), throughput, latency, None, values)
 
     def of_params(self, params: dict[str, Any]) -> tuple[list[str] | None, Truth]:
         """Sampled params -> (argv, truth); argv None when the objective would not launch."""
@@ -560,7 +577,9 @@ def spread(values: Sequence[float | None], fmt: str) -> str:
     if len(values) == 1:
         return _num(values[0], fmt)
     finite = [v for v in values if v is not None]
-    low = _num(min(finite), fmt) if finite else "-"
+    if not finite:
+        return "not reached"
+    low = _num(min(finite), fmt)
     high = _num(max(finite), fmt) if len(finite) == len(values) else "not reached"
     return f"{_num(median(values), fmt)} [{low}–{high}]"
 
@@ -579,6 +598,7 @@ class ServedCheck:
     label: str
     params: dict[str, Any]
     failure: tuple[str | None, str | None]  # (served, oracle) failure classes
+    slos_met: tuple[bool | None, bool | None]  # (served, oracle) verdicts on the space's SLOs
     ratios: dict[str, float]  # served / oracle
     served: dict[str, float]
     oracle: dict[str, float]
@@ -587,9 +607,13 @@ class ServedCheck:
 SERVED_METRICS = ("output_throughput", "median_tpot_ms", "median_ttft_ms", "cache_hit_rate")
 
 
-def served_configurations(oracle: Oracle, optimum: OptimumReport, count: int) -> list[tuple]:
-    """sglang's defaults, the best, the front's ends and middle, and a crashing configuration."""
-    front_of = {(t.throughput, t.latency): p for p, t in _feasible(oracle)}
+def served_configurations(
+    oracle: Oracle, optimum: OptimumReport, count: int
+) -> list[tuple[str, dict[str, Any] | None]]:
+    """sglang's defaults, the best, the front's low-latency end and middle, the best just inside
+    and just outside the first SLO's limit (where a wrong verdict would matter), a crash."""
+    judged = [(p, oracle.of_args(list(a))) for a, p in oracle.visited.items()]
+    front_of = {(t.throughput, t.latency): p for p, t in judged if t.feasible}
     front = optimum.front
     picks: list[tuple[str, dict[str, Any] | None]] = [
         ("sglang defaults", None),
@@ -597,9 +621,25 @@ def served_configurations(oracle: Oracle, optimum: OptimumReport, count: int) ->
         ("lowest latency on the front", front_of[front[0]]),
         ("middle of the front", front_of[front[len(front) // 2]]),
     ]
-    crash = next(
-        (p for a, p in oracle.visited.items() if not oracle.of_args(list(a)).launch_ok), None
-    )
+    if oracle.space.slos:
+        limit = oracle.space.slos[0].limit
+
+        def best_within(low: float, high: float) -> dict[str, Any] | None:
+            inside = [
+                (t.throughput, p)
+                for p, t in judged
+                if t.launch_ok and t.slo_values and low < t.slo_values[0] / limit <= high
+            ]
+            return max(inside, key=lambda x: x[0])[1] if inside else None
+
+        for label, band in (
+            ("best within 50-100% of the SLO limit", (0.5, 1.0)),
+            ("best within 100-200% of the SLO limit", (1.0, 2.0)),
+        ):
+            params = best_within(*band)
+            if params is not None:
+                picks.append((label, params))
+    crash = next((p for p, t in judged if not t.launch_ok), None)
     if crash is not None:
         picks.append(("a crashing configuration", crash))
     return picks[:count]
@@ -628,18 +668,23 @@ def _serve_one(
     try:
         result = serve.serve(number, args, lambda capacity, pgid: None, lambda s, summary: True)
     except LaunchError as exc:
-        return ServedCheck(label, params, (exc.failure_class, oracle_failure), {}, {}, {})
+        failures = (exc.failure_class, oracle_failure)
+        return ServedCheck(label, params, failures, (None, None), {}, {}, {})
     served = {k: float(result.summary.get(k, math.nan)) for k in SERVED_METRICS}
     served["max_running_requests"] = float(result.capacity.get("max_running_requests", math.nan))
     # The seed's own SLO is on p99 TTFT, which only a served run measures.
     served["p99_ttft_ms"] = float(result.summary.get("p99_ttft_ms", math.nan))
+    served_met = slos_met(oracle.space, result.summary)
     if expected is None:
-        return ServedCheck(label, params, (None, oracle_failure), {}, served, {})
+        return ServedCheck(
+            label, params, (None, oracle_failure), (served_met, None), {}, served, {}
+        )
     exact = {k: float(expected[k]) for k in SERVED_METRICS}
     assert oracle.serve.oracle is not None
     exact["max_running_requests"] = float(oracle.serve.oracle(args).max_running_requests)
     ratios = {k: served[k] / exact[k] if exact[k] else math.nan for k in exact}
-    return ServedCheck(label, params, (None, None), ratios, served, exact)
+    verdicts = (served_met, slos_met(oracle.space, expected))
+    return ServedCheck(label, params, (None, None), verdicts, ratios, served, exact)
 
 
 # --------------------------------------------------------------------------- outputs
@@ -675,7 +720,11 @@ def markdown(
         f"{', '.join(map(str, opts.budgets))} trials; figures are "
         + ("the single seed's." if seeds == 1 else "median [min–max] over seeds."),
         "Reproduce: `python benchmarks/tuner_quality.py"
-        + (f" --budgets {','.join(map(str, opts.budgets))}" if opts.budgets != (20, 40, 80) else "")
+        + (
+            f" --budgets {','.join(map(str, opts.budgets))}"
+            if opts.budgets != Options().budgets
+            else ""
+        )
         + (f" --seeds {seeds}" if seeds != 5 else "")
         + "`.",
         "",
@@ -716,11 +765,85 @@ def markdown(
                 f"| {spread([f.pruned for f in figs], '.0f')} "
                 f"| {spread([f.skipped for f in figs], '.0f')} |"
             )
-    lines += ["", *definitions(opts), ""]
+    lines += ["", *savings_markdown(table), "", *definitions(opts), ""]
     if checks:
         lines += served_markdown(checks, opts.served_time_scale)
     lines += ["", f"Wall time of this run: {wall_s / 60:.1f} min."]
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Saving:
+    """GPU time and crashes an ablation spends beyond the default, per seed (same seed, so the
+    same sampler draws: the pair differs only by the ablated part)."""
+
+    hours: list[float]
+    percent: list[float]
+    crashes: list[int]
+
+
+def savings(
+    table: dict[str, dict[int, list[Figures]]], ablation: str, budget: int
+) -> Saving | None:
+    if "default" not in table or ablation not in table:
+        return None
+    pairs = list(zip(table["default"][budget], table[ablation][budget], strict=True))
+    return Saving(
+        hours=[b.gpu_hours - a.gpu_hours for a, b in pairs],
+        percent=[100 * (b.gpu_hours - a.gpu_hours) / b.gpu_hours for a, b in pairs],
+        crashes=[b.crashed - a.crashed for a, b in pairs],
+    )
+
+
+ABLATIONS = (("tpe-no-pruning", "stage pruning"), ("tpe-no-feasibility", "the feasibility model"))
+
+
+def savings_markdown(table: dict[str, dict[int, list[Figures]]]) -> list[str]:
+    lines = [
+        "Modelled GPU time the default saves against each ablation (paired by seed):",
+        "",
+        "| saved by | trials | GPU hours saved | % of the ablation's GPU time | "
+        "crashed launches avoided |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    budgets = sorted(next(iter(table.values()))) if table else []
+    for ablation, label in ABLATIONS:
+        for budget in budgets:
+            saved = savings(table, ablation, budget)
+            if saved is None:
+                continue
+            lines.append(
+                f"| {label} | {budget} | {spread(saved.hours, '.2f')} "
+                f"| {spread(saved.percent, '.1f')} | {spread(saved.crashes, '.0f')} |"
+            )
+    return lines if len(lines) > 5 else []
+
+
+def headline(table: dict[str, dict[int, list[Figures]]], optimum: OptimumReport) -> list[str]:
+    """The README's figures: trials to 95% by method, and what pruning and feasibility save."""
+    out = []
+    for name, by_budget in table.items():
+        horizon = max(by_budget)
+        figs = by_budget[horizon]
+        reached = [f.trials_to_reach for f in figs]
+        n = sum(r is not None for r in reached)
+        best = statistics.median(f.best_fraction for f in figs)
+        when = (
+            f"median {spread(reached, '.0f')} trials ({n}/{len(figs)} seeds within {horizon})"
+            if n
+            else f"not within {horizon} trials in any seed"
+        )
+        out.append(f"- {name}: reaches 95% {when}; best after {horizon}: {best:.3f}")
+    for ablation, label in ABLATIONS:
+        for budget in sorted(table.get("default", {})):
+            saved = savings(table, ablation, budget)
+            if saved is not None:
+                out.append(
+                    f"- {label} at {budget} trials saves {spread(saved.hours, '.2f')} GPU h "
+                    f"({spread(saved.percent, '.1f')}%), {spread(saved.crashes, '.0f')} crashed "
+                    "launches"
+                )
+    return out
 
 
 def definitions(opts: Options) -> list[str]:
@@ -749,14 +872,15 @@ def served_markdown(checks: list[ServedCheck], time_scale: float) -> list[str]:
         "benchmarked over HTTP by `LaunchAndBench`), served / oracle:",
         "",
         "| configuration | output tok/s | median TPOT | median TTFT | cache hit rate | "
-        "max running requests | served output tok/s | served p99 TTFT (ms) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "max running requests | served output tok/s | served p99 TTFT (ms) | "
+        "SLOs met (served / oracle) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for c in checks:
         if c.failure != (None, None):
             lines.append(
                 f"| {c.label} | launch failed: served `{c.failure[0]}`, oracle "
-                f"`{c.failure[1]}` | | | | | | |"
+                f"`{c.failure[1]}` | | | | | | | |"
             )
             continue
         r = c.ratios
@@ -764,7 +888,7 @@ def served_markdown(checks: list[ServedCheck], time_scale: float) -> list[str]:
             f"| {c.label} | {r['output_throughput']:.3f} | {r['median_tpot_ms']:.3f} "
             f"| {r['median_ttft_ms']:.3f} | {r['cache_hit_rate']:.3f} "
             f"| {r['max_running_requests']:.3f} | {c.served['output_throughput']:.1f} "
-            f"| {c.served['p99_ttft_ms']:.0f} |"
+            f"| {c.served['p99_ttft_ms']:.0f} | {_yes(c.slos_met[0])} / {_yes(c.slos_met[1])} |"
         )
     ratios = [c.ratios for c in checks if c.ratios]
     if ratios:
@@ -772,6 +896,10 @@ def served_markdown(checks: list[ServedCheck], time_scale: float) -> list[str]:
             f"{k} {statistics.median(r[k] for r in ratios):.3f}" for k in ratios[0]
         ) + "."]  # fmt: skip
     return lines
+
+
+def _yes(value: bool | None) -> str:
+    return "-" if value is None else "yes" if value else "no"
 
 
 def curves(
@@ -889,6 +1017,7 @@ def to_json(
             for name, by_budget in table.items()
         },
         "served_check": [asdict(c) for c in checks],
+        "headline": headline(table, optimum),
         "study_wall_s": {f"{r.method}/{r.seed}": round(r.wall_s, 2) for r in runs},
         "wall_s": wall_s,
     }
@@ -943,6 +1072,7 @@ def run(opts: Options) -> dict[str, Any]:
         title = f"Tuner quality on the simulator: {space.name}, {opts.seeds} seeds"
         plot(runs, optimum, budget, opts.out / "tuner_quality.png", title)
     print((opts.out / "tuner_quality.md").read_text())
+    print("Headline:\n" + "\n".join(data["headline"]))
     return data
 
 
@@ -956,14 +1086,14 @@ def _jsonable(value: Any) -> Any:
 
 def parse_args(argv: list[str] | None = None) -> Options:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--budgets", default="20,40,80", help="comma-separated trial budgets")
+    p.add_argument("--budgets", default="20,40,80,200", help="comma-separated trial budgets")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--methods", default=",".join(m.name for m in METHODS))
     p.add_argument("--space", type=Path, default=None, help="search-space file (default: seed)")
     p.add_argument("--noise", type=float, default=1.0, help="scale of the measurement noise")
     p.add_argument("--dense-points", type=int, default=6, help="values per numeric range")
     p.add_argument("--no-refine", action="store_true", help="dense grid only, no refinement")
-    p.add_argument("--served", type=int, default=5, help="configurations served for real")
+    p.add_argument("--served", type=int, default=7, help="configurations served for real")
     p.add_argument("--served-time-scale", type=float, default=20.0)
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--no-plot", action="store_true")
