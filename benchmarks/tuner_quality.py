@@ -66,7 +66,6 @@ import statistics
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -653,7 +652,8 @@ def served_check(
     with tempfile.TemporaryDirectory() as tmp:
         serve = LaunchAndBench(target, space, Path(tmp))
         for i, (label, params) in enumerate(served_configurations(oracle, optimum, count)):
-            flags = full_flags(space, params) if params is not None else default_flags(space)
+            # The baseline trial's params are {}: sglang's defaults, not a sampled point.
+            flags = full_flags(space, params) if params else default_flags(space)
             args = engine.build_server_args(flags, space.engine_version)
             out.append(_serve_one(serve, oracle, i, label, params or {}, args))
     return out
@@ -859,6 +859,12 @@ def definitions(opts: Options) -> list[str]:
         "- *GPU hours*: modelled (benchmarks/oracle_serve.py): a launch about 2 minutes (weights "
         "at 1 GB/s + CUDA graph capture), a crashed launch what it ran before dying, a benchmark "
         "its modelled duration, a pruned trial its stages run, a skipped one nothing.",
+        "- *trials* counts every finished trial, as `tuner optimize --trials` does: skipped, "
+        "crashed, pruned and repeated configurations included.",
+        "- The three TPE rows share each seed's sampler draws. To TPE a skipped configuration and "
+        "a crashed launch look alike (PRUNED, launch constraint violated), and a trial the pruner "
+        "stops is one TPE ranks low anyway, so they mostly find the same configurations and "
+        "differ in what they spend.",
         "- *grid*: nested loops in the space file's order (first parameter outermost), 4 values "
         "per numeric range; the budget stops it early in the sweep, as it would any grid tool.",
         f"- Measurement noise: log-normal per stage, sigma {0.02 * opts.noise:.3f} on "
@@ -895,6 +901,14 @@ def served_markdown(checks: list[ServedCheck], time_scale: float) -> list[str]:
         lines += ["", "Median ratio over the served configurations: " + ", ".join(
             f"{k} {statistics.median(r[k] for r in ratios):.3f}" for k in ratios[0]
         ) + "."]  # fmt: skip
+    lines += [
+        "",
+        "Throughput, TPOT, cache hits and capacity transfer; TTFT does not: the oracle's "
+        "closed-loop TTFT with several clients is a lower bound (tests/test_sim_oracle.py "
+        "compares TTFT only where arrivals are independent), so a served median TTFT can be "
+        "several times the oracle's and a configuration near the SLO limit can flip. The served "
+        "p99 TTFT shows what the seed's own SLO (`p99_ttft_ms <= 3000`) would say of each.",
+    ]
     return lines
 
 
@@ -920,25 +934,24 @@ def curves(
 def gpu_curves(
     runs: list[StudyRun], optimum: OptimumReport, budget: int, points: int = 120
 ) -> tuple[list[float], dict[str, list[float]]]:
-    """Median over seeds of best-so-far / oracle best against modelled GPU hours spent."""
+    """Median over seeds of best-so-far / oracle best against modelled GPU hours spent, up to
+    the least any seed of the method spent (beyond it the median would be over fewer seeds)."""
     spent = [np.cumsum([t.gpu_s for t in r.trials[:budget]]) / 3600 for r in runs]
     top = max((float(s[-1]) for s in spent if len(s)), default=1.0)
     grid = np.linspace(0.0, top, points)
     out: dict[str, list[float]] = {}
     for name in dict.fromkeys(r.method for r in runs):
-        rows = []
+        rows, ends = [], []
         for r, s in zip(runs, spent, strict=True):
-            if r.method != name:
+            if r.method != name or not len(s):
                 continue
             best = np.array(best_so_far(r, optimum)[:budget])
             idx = np.searchsorted(s, grid, side="right") - 1
-            # Beyond the study's own spend the curve stops (NaN), it does not carry on flat.
-            row = np.where(idx >= 0, best[np.clip(idx, 0, None)], 0.0)
-            rows.append(np.where(grid <= s[-1], row, np.nan))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all seeds stopped: NaN is right
-            med = np.nanmedian(np.array(rows), axis=0)
-        out[name] = [None if math.isnan(v) else float(v) for v in med]  # type: ignore[misc]
+            rows.append(np.where(idx >= 0, best[np.clip(idx, 0, None)], 0.0))
+            ends.append(float(s[-1]))
+        med = np.median(np.array(rows), axis=0)
+        end = min(ends, default=0.0)
+        out[name] = [float(v) if x <= end else None for x, v in zip(grid, med, strict=True)]
     return grid.tolist(), out
 
 
@@ -957,16 +970,22 @@ def plot(runs: list[StudyRun], optimum: OptimumReport, budget: int, path: Path, 
     trials = list(range(1, budget + 1))
     gpu_x, by_gpu = gpu_curves(runs, optimum, budget)
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#7f7f7f", "#9467bd"]
-    for i, (name, c) in enumerate(curves(runs, optimum, budget).items()):
-        color = palette[i % len(palette)]
-        width = 4 if name == "default" else 2
+    by_trials = curves(runs, optimum, budget)
+    colors = {name: palette[i % len(palette)] for i, name in enumerate(by_trials)}
+    # The default last, thick, on top: its ablations often follow the very same steps.
+    order = sorted(by_trials, key=lambda name: name == "default")
+    for name in order:
+        c = by_trials[name]
+        color = colors[name]
+        width = 5 if name == "default" else 2
+        dash = "dash" if name.startswith("tpe-") else "solid"
         fig.add_trace(
             go.Scatter(
                 x=trials,
                 y=c["median"],
                 name=labels[name],
                 line_shape="hv",
-                line={"color": color, "width": width},
+                line={"color": color, "width": width, "dash": dash},
             ),
             row=1,
             col=1,
@@ -974,7 +993,7 @@ def plot(runs: list[StudyRun], optimum: OptimumReport, budget: int, path: Path, 
         fig.add_trace(
             go.Scatter(
                 x=gpu_x, y=by_gpu[name], name=labels[name], showlegend=False, line_shape="hv",
-                line={"color": color, "width": width},
+                line={"color": color, "width": width, "dash": dash},
             ),
             row=1,
             col=2,
@@ -1004,7 +1023,7 @@ def to_json(
         "space": space.name,
         "slos": [str(s) for s in space.slos],
         "notes": notes,
-        "options": {**asdict(opts), "out": str(opts.out), "space_path": str(opts.space_path)},
+        "options": {**asdict(opts), "out": _shown(opts.out), "space_path": _shown(opts.space_path)},
         "oracle": {
             **{k: v for k, v in asdict(optimum).items() if k != "front"},
             "front": [list(p) for p in optimum.front],
@@ -1074,6 +1093,16 @@ def run(opts: Options) -> dict[str, Any]:
     print((opts.out / "tuner_quality.md").read_text())
     print("Headline:\n" + "\n".join(data["headline"]))
     return data
+
+
+def _shown(path: Path | None) -> str | None:
+    """A path as the output may show it: relative to the repository when inside it."""
+    if path is None:
+        return None
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
 
 
 def _jsonable(value: Any) -> Any:
