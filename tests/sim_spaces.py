@@ -1,4 +1,4 @@
-"""Small search spaces that run in seconds on the simulator."""
+"""Small search spaces and seed-scenario arguments for tests on the simulator."""
 
 from __future__ import annotations
 
@@ -7,6 +7,15 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# The seed's speculative run: NEXTN 3 steps / topk 1 / 4 draft tokens with extra_buffer.
+SEED_NEXTN = [
+    "--speculative-algorithm", "NEXTN",
+    "--speculative-num-steps", "3",
+    "--speculative-eagle-topk", "1",
+    "--speculative-num-draft-tokens", "4",
+    "--mamba-radix-cache-strategy", "extra_buffer",
+]  # fmt: skip
 
 
 def small_space(tmp_path: Path, name: str = "small", **overrides: object) -> Path:

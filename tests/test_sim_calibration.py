@@ -14,24 +14,12 @@ import time
 
 import httpx
 import pytest
+from sim_spaces import SEED_NEXTN
 
 from tuner.sim.harness import SimProcess
 
 SCALE = 10
-SPEC = [
-    "--speculative-algorithm",
-    "NEXTN",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    "4",
-    "--mamba-radix-cache-strategy",
-    "extra_buffer",
-    "--mem-fraction-static",
-    "0.93",
-]  # the seed run's fraction, as the profile assumes
+SPEC = [*SEED_NEXTN, "--mem-fraction-static", "0.93"]  # the seed run's fraction, as assumed
 
 
 async def stream_one(client: httpx.AsyncClient, url: str, n_in: int, n_out: int, seed: int):

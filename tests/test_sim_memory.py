@@ -6,24 +6,14 @@ import subprocess
 import sys
 
 import pytest
+from sim_spaces import SEED_NEXTN
 
 from tuner.sim.args import parse_args
 from tuner.sim.config import resolve
 from tuner.sim.failures import StartupFailure
 from tuner.sim.memory import plan_memory
 
-SPEC = [
-    "--speculative-algorithm",
-    "NEXTN",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    "4",
-    "--mamba-radix-cache-strategy",
-    "extra_buffer",
-]
+SPEC = SEED_NEXTN
 SEED_SPEC = [*SPEC, "--mem-fraction-static", "0.93"]  # the profile's assumption for the seed
 
 
