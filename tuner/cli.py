@@ -113,7 +113,8 @@ def optimize(
     from rich.console import Console
 
     from tuner.progress import OptimizeDisplay
-    from tuner.study import StudyOptions, open_study, quiet_optuna, run_study
+    from tuner.space import default_space_path, load_space
+    from tuner.study import StudyOptions, quiet_optuna, run_study
     from tuner.summary import print_summary
     from tuner.workers import gpu_groups, run_parallel
 
@@ -138,7 +139,7 @@ def optimize(
     groups = gpu_groups(gpus, tp_size, workers)
     quiet_optuna()
     console = Console()
-    _, loaded_space, _ = open_study(options)
+    loaded_space = load_space(space or default_space_path())  # bad YAML: one line, exit 2
     display = OptimizeDisplay(
         console, trials, loaded_space.objectives.throughput, loaded_space.objectives.latency
     )
