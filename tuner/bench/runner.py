@@ -297,7 +297,11 @@ class _Run:
             # synthetic answer of the same length stands in when it does not send its ids.
             answer = output if output is not None else turn.synthetic_answer
             self.histories[conv_index] = [*history, ("assistant", answer)]
-            self.ready.append((conv_index, turn_index + 1))
+            # Ahead of conversations not started yet: each of the `concurrency` clients carries
+            # its chat to the end before opening another, as users do (and as the simulator's
+            # oracle models it); otherwise every conversation would be in flight at once and
+            # their prefixes would evict each other.
+            self.ready.appendleft((conv_index, turn_index + 1))
             self.ready_event.set()
         self._finish(record)
 
