@@ -17,7 +17,8 @@ DENSE_H200 = ["--sim-model", "qwen3-8b", "--sim-hardware", "h200"]
 
 def test_sustains_256_concurrent_streams():
     workload = OracleWorkload(input_len=256, output_len=256, concurrency=256)
-    with SimProcess.start([*DENSE_H200, "--sim-time-scale", "10"]) as sim:
+    # A modest time scale: at 10 a busy CPU slowed the client enough to miss the oracle by 27%.
+    with SimProcess.start([*DENSE_H200, "--sim-time-scale", "4"]) as sim:
         records = asyncio.run(run_workload(sim.url, workload, 512))
         info = httpx.get(sim.url + "/server_info").json()
         served = httpx.get(sim.url + "/sim/requests").json()["requests"]
