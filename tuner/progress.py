@@ -13,14 +13,16 @@ from rich.text import Text
 from tuner import record
 
 
-def _fmt_flags(flags: dict[str, Any]) -> str:
-    if not flags:
-        return "sglang defaults"
+def format_flags(flags: dict[str, Any]) -> str:
+    """Tuned flags on one line: switches bare, floats short, unset ones left out."""
     parts = []
     for key, value in flags.items():
         if value is None or value is False:
             continue
-        parts.append(key if value is True else f"{key}={value}")
+        if value is True:
+            parts.append(key)
+        else:
+            parts.append(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}")
     return " ".join(parts) or "sglang defaults"
 
 
@@ -56,7 +58,9 @@ class OptimizeDisplay:
             self.finished = self.done_at_start
         elif kind == "sampled":
             self.current[data["number"]] = {
-                "flags": "sglang defaults" if data.get("is_default") else _fmt_flags(data["flags"]),
+                "flags": "sglang defaults"
+                if data.get("is_default")
+                else format_flags(data["flags"]),
                 "status": "checking",
             }
         elif kind == "launching":

@@ -27,9 +27,10 @@ from tuner.engines import sglang as engine
 from tuner.errors import UserError
 from tuner.feasibility import CrashModel, ModelMemory
 from tuner.objective import EventHook, LaunchTarget, Objective, ObjectiveConfig
+from tuner.pareto import MAXIMIZE, MINIMIZE, Point, pareto_front
 from tuner.pruning import StagePruner, StagePrunerConfig
 from tuner.space import SearchSpace, default_space_path, load_space
-from tuner.storage import open_storage
+from tuner.storage import describe_storage, open_storage
 
 SAMPLERS = ("tpe", "nsga2", "random", "grid")
 ENGINES = ("sim", "sglang")
@@ -66,7 +67,7 @@ class StudyOptions:
 @dataclass
 class StudySummary:
     study_name: str
-    storage_url: str  # for display
+    storage_description: str  # where it lives, for display (no password)
     storage: str | None  # what to pass to open_storage to reopen the study
     study_dir: Path
     counts: dict[str, int]
@@ -396,13 +397,17 @@ def summarize(
         for t in trials
         if t.state == TrialState.COMPLETE and all(v <= 0 for v in t.constraints.values())
     ]
-    pareto = _pareto(feasible)
+    front = pareto_front([Point(t.number, tuple(t.values)) for t in feasible], (MAXIMIZE, MINIMIZE))
+    on_front = {p.key for p in front}
+    pareto = sorted((t for t in feasible if t.number in on_front), key=lambda t: -t.values[0])
     default = next(
         (t for t in trials if t.user_attrs.get(record.IS_DEFAULT) and t.state in FINISHED), None
     )
     return StudySummary(
         study_name=study.study_name,
-        storage_url=options.storage or str(options.studies_dir / f"{study.study_name}.db"),
+        storage_description=describe_storage(
+            options.storage, study.study_name, options.studies_dir
+        ),
         storage=options.storage,
         study_dir=study_dir,
         counts=counts,
@@ -410,17 +415,3 @@ def summarize(
         default_trial=default,
         interrupted=interrupted,
     )
-
-
-def _pareto(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
-    """Non-dominated trials for (maximise values[0], minimise values[1])."""
-    front = []
-    for t in trials:
-        thr, lat = t.values
-        dominated = any(
-            o.values[0] >= thr and o.values[1] <= lat and (o.values[0] > thr or o.values[1] < lat)
-            for o in trials
-        )
-        if not dominated:
-            front.append(t)
-    return sorted(front, key=lambda t: -t.values[0])

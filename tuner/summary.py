@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tuner import record
+from tuner.progress import format_flags
 from tuner.space import SearchSpace
 from tuner.study import StudySummary
 
@@ -40,12 +41,7 @@ def print_summary(console: Console, summary: StudySummary, space: SearchSpace) -
             )
         console.print(table)
         for t in summary.pareto:
-            tuned = " ".join(
-                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                for k, v in t.params.items()
-                if v is not None and v is not False
-            )
-            console.print(f"  trial {t.number}: {tuned or 'sglang defaults'}", soft_wrap=True)
+            console.print(f"  trial {t.number}: {format_flags(t.params)}", soft_wrap=True)
     console.print(f"export one with: tuner export --study {summary.study_name} --pick knee")
     console.print(f"study directory: {summary.study_dir}")
-    console.print(f"storage: {summary.storage_url}")
+    console.print(f"storage: {summary.storage_description}")
