@@ -209,7 +209,7 @@ class Objective:
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             stages = t.user_attrs.get(record.STAGES) or []
             if len(stages) > stage:
-                feasible = all(v <= 0 for v in t.constraints.values())
+                feasible = record.feasible(t.constraints)
                 points.append(replace(self._point(stages[stage]), feasible=feasible))
         return points
 
@@ -322,7 +322,7 @@ class Objective:
             number=trial.number,
             throughput=values.throughput,
             latency=values.latency,
-            feasible=all(v <= 0 for v in constraints.values()),
+            feasible=record.feasible(constraints),
         )
         return values.throughput, values.latency
 
@@ -355,7 +355,7 @@ class Objective:
                 number=trial.number,
                 throughput=previous.values[0],
                 latency=previous.values[1],
-                feasible=all(v <= 0 for v in previous.constraints.values()),
+                feasible=record.feasible(previous.constraints),
             )
             return float(previous.values[0]), float(previous.values[1])
         self._emit("failed", number=trial.number, outcome="duplicate", message=message)

@@ -90,3 +90,8 @@ FAILURE_CLASSES = (
     "benchmark_failed",  # the server stayed up but no request completed (errors, timeouts)
     "port_in_use",
 )
+
+
+def feasible(constraints: dict[str, float]) -> bool:
+    """Optuna's rule, in one place: a trial is feasible when every constraint is <= 0."""
+    return all(v <= 0 for v in constraints.values())

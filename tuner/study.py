@@ -393,9 +393,7 @@ def summarize(
     for t in trials:
         counts[t.state.name] = counts.get(t.state.name, 0) + 1
     feasible = [
-        t
-        for t in trials
-        if t.state == TrialState.COMPLETE and all(v <= 0 for v in t.constraints.values())
+        t for t in trials if t.state == TrialState.COMPLETE and record.feasible(t.constraints)
     ]
     front = pareto_front([Point(t.number, tuple(t.values)) for t in feasible], (MAXIMIZE, MINIMIZE))
     on_front = {p.key for p in front}
