@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -311,10 +312,6 @@ def run_study(options: StudyOptions, on_event: EventHook | None = None) -> Study
     return summarize(study, study_dir, options, interrupted)
 
 
-def _count(study: optuna.Study, *states: TrialState) -> int:
-    return len(study.get_trials(deepcopy=False, states=states))
-
-
 def run_trials(
     study: optuna.Study,
     objective: Callable[[optuna.Trial], tuple[float, float]],
@@ -331,11 +328,11 @@ def run_trials(
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         fail_stale_trials(study)  # RDB storages with heartbeats: requeues dead workers' trials
-        finished = _count(study, *FINISHED)
+        states = Counter(t.state for t in study.get_trials(deepcopy=False))
+        finished = sum(states[s] for s in FINISHED)
         if finished >= total or (deadline is not None and time.monotonic() > deadline):
             return
-        running = _count(study, TrialState.RUNNING)
-        if finished + running >= total and _count(study, TrialState.WAITING) == 0:
+        if finished + states[TrialState.RUNNING] >= total and not states[TrialState.WAITING]:
             time.sleep(poll_s)
             continue
         trial = study.ask()
