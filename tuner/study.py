@@ -15,7 +15,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from tuner.objective import EventHook, LaunchTarget, Objective, ObjectiveConfig
 from tuner.pareto import MAXIMIZE, MINIMIZE, Point, pareto_front
 from tuner.pruning import StagePruner, StagePrunerConfig
 from tuner.space import SearchSpace, default_space_path, load_space
-from tuner.storage import describe_storage, open_storage
+from tuner.storage import DEFAULT_STUDIES_DIR, describe_storage, open_storage
 
 SAMPLERS = ("tpe", "nsga2", "random", "grid")
 ENGINES = ("sim", "sglang")
@@ -55,7 +55,7 @@ class StudyOptions:
     sampler: str = "tpe"
     prune: bool = True
     feasibility: bool = True
-    studies_dir: Path = field(default_factory=lambda: Path("studies"))
+    studies_dir: Path = DEFAULT_STUDIES_DIR
     gpus: str | None = None  # CUDA_VISIBLE_DEVICES for the server
     gpu_memory_gb: float | None = None  # for the memory estimate when nvml is absent
     time_scale: float | None = None  # simulator only: overrides the space's sim.time_scale
