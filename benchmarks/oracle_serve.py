@@ -1,6 +1,6 @@
 """An oracle-backed `Serve`: the tuner's own objective, served by the simulator's oracle.
 
-`tuner.objective.Objective` serves a trial through a pluggable `Serve`. This one launches
+`tuner.search.objective.Objective` serves a trial through a pluggable `Serve`. This one launches
 nothing: it asks `tuner.sim.oracle.predict` what `python -m tuner.sim <argv> <--sim-* options>`
 would do under the search space's workload, and plays that back to the objective as a launch
 failure (`LaunchError`) or as a ready server whose benchmark reports cumulative per-stage
@@ -52,11 +52,11 @@ import numpy as np
 from tuner.bench.workload import WorkloadSpec
 from tuner.engines import sglang as engine
 from tuner.launcher import LaunchError
-from tuner.objective import ReadyHook, Served, StageHook
+from tuner.search.objective import ReadyHook, Served, StageHook
+from tuner.search.space import SearchSpace
+from tuner.search.study import StudyOptions, launch_target
 from tuner.sim.oracle import OracleResult, OracleWorkload, build, predict
 from tuner.sim.profiles import load_model
-from tuner.space import SearchSpace
-from tuner.study import StudyOptions, launch_target
 
 # The metrics an oracle-backed summary carries (sglang's benchmark names).
 ORACLE_METRICS = (
@@ -263,7 +263,7 @@ def summary_from_oracle(
 
 @dataclass
 class OracleServe:
-    """`tuner.objective.Serve` backed by the simulator's oracle; tallies modelled GPU time."""
+    """`tuner.search.objective.Serve` on by the simulator's oracle; tallies modelled GPU time."""
 
     space: SearchSpace
     seed: int = 0

@@ -14,13 +14,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import httpx
 
-from tuner.sim.harness import SimProcess
 from tuner.sim.oracle import OracleWorkload
-from tuner.sim.probe import run_workload, summarize
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from support.harness import SimProcess
+from support.probe import run_workload, summarize
 
 
 def cpu_seconds(pid: int) -> float:

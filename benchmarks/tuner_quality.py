@@ -6,7 +6,8 @@
 
 Budgets 20, 40, 80 and 200 trials (200 so that trials-to-95% is measured for the methods that
 take longer than 80), 5 seeds. Methods, each on the same budgets and seeds, all through the real
-objective (`tuner.objective.Objective` + `tuner.study.run_trials` on an in-memory Optuna study)
+objective (`tuner.search.objective.Objective` + `tuner.search.study.run_trials` on an in-memory
+Optuna study)
 served by the simulator's oracle (`oracle_serve.OracleServe`: no server is launched; see that
 module for the noise and GPU-time models):
 
@@ -16,7 +17,7 @@ module for the noise and GPU-time models):
 - random: `tuner optimize --sampler random --no-prune --no-feasibility` (plain random search);
 - grid: what grid tuners do: nested loops over each parameter's values in the space file's
   order (the first parameter outermost, never shuffled), 4 values per numeric range (the
-  values of `tuner.study.grid_search_space`), no pruning, no feasibility model, no default
+  values of `tuner.search.study.grid_search_space`), no pruning, no feasibility model, no default
   trial; the budget cuts the sweep short, as it would any grid tool's. Seeds change the
   measurement noise only;
 - grid-shuffled: `tuner optimize --sampler grid --no-prune --no-feasibility` (Optuna's
@@ -49,7 +50,7 @@ The space is a variant the oracle can judge, and the output says so (`oracle_var
 
 Served check: a few configurations (sglang's defaults, the oracle's best, two front points, the
 best just inside and just outside the SLO limit, a crashing one) are also launched as real
-simulator processes (`tuner.objective.LaunchAndBench`, the HTTP benchmark) and their figures
+simulator processes (`tuner.search.objective.LaunchAndBench`, the HTTP benchmark) and their figures
 compared with what OracleServe reports for them, with both SLO verdicts.
 
 Outputs in --out (default benchmarks/results): tuner_quality.md (table), tuner_quality.json
@@ -75,14 +76,14 @@ import numpy as np
 import optuna
 from optuna.trial import FixedTrial, TrialState
 
-from tuner import record
 from tuner.engines import sglang as engine
-from tuner.feasibility import CrashModel
 from tuner.launcher import LaunchError
-from tuner.objective import LaunchAndBench, LaunchTarget, Objective, ObjectiveConfig
-from tuner.pruning import StagePruner
-from tuner.space import ParamSpec, SearchSpace, default_space_path, load_space, suggest_flags
-from tuner.study import (
+from tuner.results import record
+from tuner.search.feasibility import CrashModel
+from tuner.search.objective import LaunchAndBench, LaunchTarget, Objective, ObjectiveConfig
+from tuner.search.pruning import StagePruner
+from tuner.search.space import ParamSpec, SearchSpace, default_space_path, load_space, suggest_flags
+from tuner.search.study import (
     StudyOptions,
     _ensure_study_attrs,
     grid_search_space,
@@ -959,7 +960,7 @@ def plot(runs: list[StudyRun], optimum: OptimumReport, budget: int, path: Path, 
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from tuner.report import write_png
+    from tuner.results.report import write_png
 
     labels = {m.name: m.label for m in METHODS}
     fig = make_subplots(

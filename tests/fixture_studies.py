@@ -1,9 +1,9 @@
 """Build realistic studies for the reader tests (report, export, dashboard, `tuner studies`).
 
-The studies follow tuner/record.py exactly, as `tuner optimize` writes them, so the readers are
-tested without the optimizer: 16 trials covering every outcome (default, feasible, SLO-violating
-both COMPLETE and PRUNED, stage-pruned, launch failure, invalid, skipped, died during the
-benchmark, and a tuner FAIL). The numbers follow the Qwen3.6-27B scenario of SGLANG.md: MTP
+The studies follow tuner/results/record.py exactly, as `tuner optimize` writes them, so the
+readers are tested without the optimizer: 16 trials covering every outcome (default, feasible,
+SLO-violating, both COMPLETE and PRUNED, stage-pruned, launch failure, invalid, skipped, died
+during the benchmark, and a tuner FAIL). The numbers follow the Qwen3.6-27B seed scenario: MTP
 raises per-request speed, HiCache lets it run at higher concurrency.
 
 Known answers, for objectives (output_throughput max, median_tpot_ms min) and the SLO
@@ -26,7 +26,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
-from tuner import record
+from tuner.results import record
 
 MODEL = "Qwen/Qwen3.6-27B"
 SGLANG_VERSION = "0.5.23"

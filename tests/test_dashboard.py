@@ -16,7 +16,7 @@ from ctrl_c import sigint_as_in_a_terminal
 from fixture_studies import sqlite_study
 
 from tuner.errors import UserError
-from tuner.storage import open_storage
+from tuner.results.storage import open_storage
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -108,7 +108,7 @@ def test_dashboard_shows_the_study_and_stops_cleanly_on_ctrl_c(tmp_path):
 
 
 def test_busy_port_is_a_user_error(tmp_path):
-    from tuner.dashboard import serve_dashboard
+    from tuner.results.dashboard import serve_dashboard
 
     sqlite_study(tmp_path, "s", only=[0])
     storage = open_storage(None, "s", tmp_path)

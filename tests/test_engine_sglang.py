@@ -22,7 +22,7 @@ from tuner.engines.sglang import (
 )
 from tuner.engines.snapshot import ParserSnapshot, SnapshotParseError, human_readable_int
 from tuner.errors import UserError
-from tuner.space import default_space_path, load_space, shipped_spaces, suggest_flags
+from tuner.search.space import default_space_path, load_space, shipped_spaces, suggest_flags
 
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOTS = REPO / "tuner" / "engines" / "snapshots"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tuner.engines.sglang import READY_LINE, classify_failure, parse_capacity
-from tuner.record import FAILURE_CLASSES
+from tuner.results.record import FAILURE_CLASSES
 
 # A 0.5.23 start of the seed scenario: Qwen3.6-27B with MTP and extra_buffer on one 96 GB GPU.
 READY_LOG = f"""\

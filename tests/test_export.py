@@ -15,7 +15,7 @@ import yaml
 from fixture_studies import SPECS, build_study, server_args, sqlite_study
 
 from tuner.errors import UserError
-from tuner.export import (
+from tuner.results.export import (
     ConfigFile,
     Pick,
     argv_to_config,
@@ -23,8 +23,8 @@ from tuner.export import (
     export_trial,
     sglang_server_args,
 )
-from tuner.storage import open_storage
-from tuner.study_records import load_records
+from tuner.results.storage import open_storage
+from tuner.results.study_records import load_records
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 HAVE_ENGINE = importlib.util.find_spec("tuner.engines.sglang") is not None
@@ -82,7 +82,7 @@ def test_impossible_slo_and_unknown_metric_are_clear_errors(storage, tmp_path):
 
 def test_only_trials_that_served_the_benchmark_within_constraints_are_candidates(storage):
     meta, trials = load_records(storage, "qwen-mtp")
-    from tuner.export import candidates
+    from tuner.results.export import candidates
 
     assert sorted(t.number for t in candidates(trials, meta)) == [0, 2, 3, 5, 12, 13, 14]
 

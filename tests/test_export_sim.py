@@ -22,8 +22,8 @@ import pytest
 import yaml
 from fixture_studies import sqlite_study
 
-from tuner.export import export_trial
-from tuner.storage import open_storage
+from tuner.results.export import export_trial
+from tuner.results.storage import open_storage
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 READY = "The server is fired up and ready to roll!"

@@ -19,10 +19,10 @@ import pytest
 from optuna.trial import TrialState
 from sim_spaces import small_space
 
-from tuner import record
 from tuner.errors import UserError
 from tuner.launcher import free_port
-from tuner.storage import open_storage
+from tuner.results import record
+from tuner.results.storage import open_storage
 
 TRIALS = 24
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)

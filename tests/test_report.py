@@ -10,7 +10,7 @@ from fixture_studies import build_study, sqlite_study
 from plotly.offline import get_plotlyjs
 
 from tuner.errors import UserError
-from tuner.report import write_report
+from tuner.results.report import write_report
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

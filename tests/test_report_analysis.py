@@ -9,7 +9,7 @@ import optuna
 import pytest
 from fixture_studies import FEASIBLE, PARETO, build_study
 
-from tuner.pareto import (
+from tuner.results.pareto import (
     Point,
     dominates,
     hypervolume,
@@ -17,9 +17,9 @@ from tuner.pareto import (
     knee_point,
     pareto_front,
 )
-from tuner.report import analyse
-from tuner.study_records import Category, Slo, load_records, metric_label
-from tuner.verdict import verdict
+from tuner.results.report import analyse
+from tuner.results.study_records import Category, Slo, load_records, metric_label
+from tuner.results.verdict import verdict
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 MAX_MIN = ("maximize", "minimize")
@@ -167,7 +167,7 @@ def test_metric_labels():
 def test_a_trial_with_only_stage_summaries_is_placed_by_its_last_stage():
     from optuna.trial import TrialState, create_trial
 
-    from tuner.study_records import read_study_meta, record_from_trial
+    from tuner.results.study_records import read_study_meta, record_from_trial
 
     storage = optuna.storages.InMemoryStorage()
     study = build_study(storage, "s", only=[0])

@@ -7,7 +7,7 @@ import pytest
 from chromium_helper import launch, needs_chromium, png_size
 from fixture_studies import sqlite_study
 
-from tuner.report import write_report
+from tuner.results.report import write_report
 
 pytestmark = [pytest.mark.browser, needs_chromium]
 optuna.logging.set_verbosity(optuna.logging.WARNING)

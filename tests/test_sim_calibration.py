@@ -1,4 +1,4 @@
-"""Every row of the seed table (SGLANG.md), served over HTTP by the default profiles, within 10%.
+"""The seed scenario's measured figures, served over HTTP by the default profiles, within 10%.
 
 Measured with a streaming httpx client as sglang's benchmark defines the figures: per-request
 speed = 1 / TPOT, total throughput = output tokens / duration; wall time x sim_time_scale.
@@ -15,8 +15,7 @@ import time
 import httpx
 import pytest
 from sim_spaces import SEED_NEXTN
-
-from tuner.sim.harness import SimProcess
+from support.harness import SimProcess
 
 SCALE = 10
 SPEC = [*SEED_NEXTN, "--mem-fraction-static", "0.93"]  # the seed run's fraction, as assumed

@@ -8,8 +8,7 @@ import time
 
 import httpx
 import pytest
-
-from tuner.sim.harness import SimProcess
+from support.harness import SimProcess
 
 GEN = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}
 

@@ -7,10 +7,10 @@ import statistics
 
 import httpx
 import pytest
+from support.harness import SimProcess
+from support.probe import measure
 
-from tuner.sim.harness import SimProcess
 from tuner.sim.oracle import OracleWorkload, predict
-from tuner.sim.probe import measure
 
 # A GPU pool of 40k tokens cannot keep 16 system prompts of 4k tokens used round-robin.
 SMALL_POOL = ["--max-total-tokens", "40000", "--sim-time-scale", "20"]

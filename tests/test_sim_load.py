@@ -7,10 +7,10 @@ import statistics
 
 import httpx
 import pytest
+from support.harness import SimProcess
+from support.probe import measure, run_workload
 
-from tuner.sim.harness import SimProcess
 from tuner.sim.oracle import OracleWorkload, predict
-from tuner.sim.probe import measure, run_workload
 
 DENSE_H200 = ["--sim-model", "qwen3-8b", "--sim-hardware", "h200"]
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-
-from tuner.sim.harness import SimProcess
+from support.harness import SimProcess
 
 KEY = "sk-sim-test"
 

@@ -14,10 +14,10 @@ import statistics
 
 import httpx
 import pytest
+from support.harness import SimProcess
+from support.probe import measure
 
-from tuner.sim.harness import SimProcess
 from tuner.sim.oracle import OracleWorkload, predict
-from tuner.sim.probe import measure
 
 SEED_MTP = ["--speculative-algorithm", "NEXTN", "--mem-fraction-static", "0.93"]
 

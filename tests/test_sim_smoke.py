@@ -6,8 +6,7 @@ import json
 import time
 
 import httpx
-
-from tuner.sim.harness import SimProcess
+from support.harness import SimProcess
 
 
 def test_starts_under_3s_and_serves_streaming_generate():

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tuner.errors import UserError
-from tuner.space import (
+from tuner.search.space import (
     SearchSpace,
     Slo,
     default_space_path,

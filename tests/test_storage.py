@@ -12,7 +12,7 @@ from optuna.storages import RDBStorage
 from optuna.storages.journal import JournalStorage
 
 from tuner.errors import UserError
-from tuner.storage import locate_study, open_storage, study_files
+from tuner.results.storage import locate_study, open_storage, study_files
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -9,8 +9,8 @@ import optuna
 from fixture_studies import build_study, sqlite_study
 from typer.testing import CliRunner
 
-from tuner.catalog import format_listing, list_studies
 from tuner.cli import app
+from tuner.results.catalog import format_listing, list_studies
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -113,10 +113,10 @@ def optimize(
     from rich.console import Console
 
     from tuner.progress import OptimizeDisplay
-    from tuner.space import default_space_path, load_space
-    from tuner.study import StudyOptions, quiet_optuna, run_study
+    from tuner.search.space import default_space_path, load_space
+    from tuner.search.study import StudyOptions, quiet_optuna, run_study
+    from tuner.search.workers import gpu_groups, run_parallel
     from tuner.summary import print_summary
-    from tuner.workers import gpu_groups, run_parallel
 
     options = StudyOptions(
         trials=trials,
@@ -151,8 +151,8 @@ def optimize(
             summary = run_study(options, on_event=display)
     print_summary(console, summary, loaded_space)
     if report and summary.counts.get("COMPLETE", 0):
-        from tuner.report import write_report
-        from tuner.storage import open_storage
+        from tuner.results.report import write_report
+        from tuner.results.storage import open_storage
 
         path = write_report(
             open_storage(summary.storage, summary.study_name, studies_dir),
@@ -285,7 +285,7 @@ def bench(
         raise typer.Exit(1)
 
 
-# -- reading a study: report, export, dashboard, studies (tuner/report.py, export.py, ...) --
+# -- reading a study: report, export, dashboard, studies (tuner/results/) --
 
 _STUDY_HELP = "Study name (default: the only or most recently written study in --studies-dir)."
 _STORAGE_HELP = "Optuna storage URL, journal file or SQLite file (default: studies/<study>.db)."
@@ -305,8 +305,8 @@ def report_command(
     studies_dir: Path = typer.Option(Path("studies"), "--studies-dir", help=_STUDIES_DIR_HELP),
 ) -> None:
     """Write the study's offline HTML report: Pareto front, history, importance, verdict."""
-    from tuner.report import PNG_FILE, write_report
-    from tuner.storage import locate_study
+    from tuner.results.report import PNG_FILE, write_report
+    from tuner.results.storage import locate_study
 
     location, note = locate_study(storage, study, studies_dir)
     if note:
@@ -332,8 +332,8 @@ def export_command(
     studies_dir: Path = typer.Option(Path("studies"), "--studies-dir", help=_STUDIES_DIR_HELP),
 ) -> None:
     """Write launch_<study>_trial<N>.sh and .yaml (sglang --config) for one trial."""
-    from tuner.export import Pick, export_trial
-    from tuner.storage import locate_study
+    from tuner.results.export import Pick, export_trial
+    from tuner.results.storage import locate_study
 
     if pick is not None and pick not in {p.value for p in Pick}:
         fail(f"--pick {pick!r}: choose one of {', '.join(p.value for p in Pick)}")
@@ -368,8 +368,8 @@ def dashboard_command(
     """Serve optuna-dashboard on the study's storage (127.0.0.1 only) until Ctrl-C."""
     import signal
 
-    from tuner.dashboard import DashboardAddress, serve_dashboard
-    from tuner.storage import locate_study, open_existing_storage
+    from tuner.results.dashboard import DashboardAddress, serve_dashboard
+    from tuner.results.storage import locate_study, open_existing_storage
 
     if storage is not None and study is None:
         opened, name = open_existing_storage(storage, studies_dir), None  # all its studies
@@ -404,7 +404,7 @@ def studies_command(
     studies_dir: Path = typer.Option(Path("studies"), "--studies-dir", help=_STUDIES_DIR_HELP),
 ) -> None:
     """List studies with trial counts by state and their best points within the SLOs."""
-    from tuner.catalog import format_listing, list_studies
+    from tuner.results.catalog import format_listing, list_studies
 
     typer.echo(format_listing(list_studies(storage, studies_dir)))
 

@@ -53,7 +53,7 @@ class LaunchSpec:
 
 
 class LaunchError(Exception):
-    """The server did not come up (or died). `failure_class` is one of tuner.record's classes."""
+    """The server did not come up (or died). `failure_class` is a record.FAILURE_CLASSES."""
 
     def __init__(
         self, failure_class: str, message: str, log_tail: str = "", elapsed_s: float = 0.0

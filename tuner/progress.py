@@ -10,7 +10,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from tuner import record
+from tuner.results import record
 
 
 def format_flags(flags: dict[str, Any]) -> str:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from tuner import record
 from tuner.progress import format_flags
-from tuner.space import SearchSpace
-from tuner.study import StudySummary
+from tuner.results import record
+from tuner.search.space import SearchSpace
+from tuner.search.study import StudySummary
 
 
 def print_summary(console: Console, summary: StudySummary, space: SearchSpace) -> None:

@@ -90,8 +90,8 @@ _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
 def classify_failure(log_text: str, exit_code: int | None) -> tuple[str, str]:
     """(failure class, one-line message) for a server that ended before it was ready.
 
-    Classes as in tuner.record.FAILURE_CLASSES: bad_argument, startup_rule, not_enough_memory,
-    out_of_memory, cuda_graph, exited_before_ready (anything else).
+    Classes as in tuner.results.record.FAILURE_CLASSES: bad_argument, startup_rule,
+    not_enough_memory, out_of_memory, cuda_graph, exited_before_ready (anything else).
     """
     lines = log_text.splitlines()
     argparse_error = _ARGPARSE_ERROR.search(log_text)

@@ -24,7 +24,6 @@ _EXPORTS = {
     "parse_args": "tuner.sim.args",
     "ServerArgs": "tuner.sim.args",
     "StartupFailure": "tuner.sim.failures",
-    "SimProcess": "tuner.sim.harness",
 }
 __all__ = sorted(_EXPORTS)
 

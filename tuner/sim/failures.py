@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# The failure classes match tuner.record.FAILURE_CLASSES (the sim must not import the tuner).
+# The failure classes match the tuner's record.FAILURE_CLASSES (the sim must not import the tuner).
 STARTUP_RULE = "startup_rule"
 NOT_ENOUGH_MEMORY = "not_enough_memory"
 OUT_OF_MEMORY = "out_of_memory"

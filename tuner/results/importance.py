@@ -15,9 +15,9 @@ import optuna
 from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
 from optuna.trial import TrialState
 
-from tuner import record
-from tuner.report_figures import Importances
-from tuner.study_records import StudyMeta, as_float
+from tuner.results import record
+from tuner.results.figures import Importances
+from tuner.results.study_records import StudyMeta, as_float
 
 # Below this many measured trials the top quantile is one or two trials: noise, not importance.
 MIN_TRIALS = 5

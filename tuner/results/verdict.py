@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tuner.study_records import (
+from tuner.results.study_records import (
     MAXIMIZE,
     Category,
     StudyMeta,

@@ -25,8 +25,8 @@ import yaml
 from optuna.storages import BaseStorage
 
 from tuner.errors import UserError
-from tuner.pareto import Point, knee_point, pareto_front
-from tuner.study_records import (
+from tuner.results.pareto import Point, knee_point, pareto_front
+from tuner.results.study_records import (
     MAXIMIZE,
     Slo,
     StudyMeta,

@@ -2,7 +2,7 @@
 
 Each worker is an ordinary study worker (`run_trials`) on a shared storage: the journal file by
 default, because SQLite with several processes on one study ran duplicate trials in our
-measurements (DESIGN.md). This supervisor starts them, relays their progress events, and
+measurements (docs/design.md). This supervisor starts them, relays their progress events, and
 watches them: when a worker dies mid-trial, its trial is failed and queued again (the same
 callback RDB heartbeats use), its server's process group is killed, and a new worker takes its
 place. Across machines no supervisor is needed: run `tuner optimize --storage postgresql://...`
@@ -25,9 +25,9 @@ import optuna
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from tuner.objective import EventHook
-from tuner.record import SERVER_PGID, WORKER
-from tuner.study import (
+from tuner.results.record import SERVER_PGID, WORKER
+from tuner.search.objective import EventHook
+from tuner.search.study import (
     StudyOptions,
     StudySummary,
     finished_count,
@@ -167,6 +167,6 @@ def _drain(events: Any, on_event: EventHook | None) -> None:
 
 
 def _space_name(options: StudyOptions) -> str:
-    from tuner.space import default_space_path, load_space
+    from tuner.search.space import default_space_path, load_space
 
     return load_space(options.space_path or default_space_path()).name

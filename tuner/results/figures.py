@@ -1,6 +1,6 @@
 """The report's plotly figures, built from trial records (no storage access, no HTML).
 
-Each function returns one `go.Figure`; tuner/report.py puts them on the page.
+Each function returns one `go.Figure`; tuner/results/report.py puts them on the page.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tuner.study_records import MAXIMIZE, Category, StudyMeta, TrialRecord, metric_label
+from tuner.results.study_records import MAXIMIZE, Category, StudyMeta, TrialRecord, metric_label
 
 # One look per category, shared by every figure so a colour means the same thing everywhere.
 STYLE: dict[Category, tuple[str, str, str]] = {

@@ -1,4 +1,4 @@
-"""A study as its readers see it: the contract of tuner/record.py turned into typed records.
+"""A study as its readers see it: the contract of tuner/results/record.py turned into typed records.
 
 The report, the export and `tuner studies` all read trials through `load_records`, so the rules
 for "feasible", "crashed" or "candidate for export" are written once, here, and not re-derived
@@ -23,8 +23,8 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import record
 from tuner.errors import UserError
+from tuner.results import record
 
 MAXIMIZE = "maximize"
 MINIMIZE = "minimize"

@@ -15,15 +15,15 @@ from pathlib import Path
 from optuna.storages import BaseStorage
 
 from tuner.errors import UserError
-from tuner.pareto import Point, pareto_front
-from tuner.storage import (
+from tuner.results.pareto import Point, pareto_front
+from tuner.results.storage import (
     DEFAULT_STUDIES_DIR,
     describe_storage,
     open_existing_storage,
     storage_for_file,
     study_files,
 )
-from tuner.study_records import (
+from tuner.results.study_records import (
     MAXIMIZE,
     Category,
     is_candidate,

@@ -1,13 +1,13 @@
 """One trial: sample -> check -> launch -> benchmark by stages -> record.
 
-Every way a trial can end is recorded in its user attrs (tuner/record.py) before it ends, and no
-launch failure ever ends as FAIL: TPE ignores FAIL trials and would keep sampling the failing
-region (DESIGN.md). Failures end PRUNED with a violated `launch` constraint instead, which TPE
-ranks below every feasible trial.
+Every way a trial can end is recorded in its user attrs (tuner/results/record.py) before it
+ends, and no launch failure ever ends as FAIL: TPE ignores FAIL trials and would keep sampling the
+failing region (docs/design.md). Failures end PRUNED with a violated `launch` constraint
+instead, which TPE ranks below every feasible trial.
 
-The objective never knows whether the server is the simulator: it gets a module to run and the
-extra arguments to pass it (`LaunchTarget`), and a benchmark client that converts the server's
-time scale itself.
+The objective does not choose the server: it gets a `Serve` (tuner/search/serve.py) that runs the
+module and extra arguments of a `LaunchTarget`. It treats every server alike; the only simulator
+field it sees is the time scale a simulator reports in /server_info, copied into the capacity.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import Any, Protocol
 import optuna
 from optuna.trial import TrialState
 
-from tuner import record
 from tuner.engines import sglang as engine
-from tuner.feasibility import CrashModel, LaunchObservation, ModelMemory, estimate_memory
 from tuner.launcher import LaunchError, LaunchSpec, launch
-from tuner.pruning import StagePoint, StagePruner
-from tuner.space import SearchSpace, suggest_flags
+from tuner.results import record
+from tuner.search.feasibility import CrashModel, LaunchObservation, ModelMemory, estimate_memory
+from tuner.search.pruning import StagePoint, StagePruner
+from tuner.search.space import SearchSpace, suggest_flags
 
 EventHook = Callable[[str, dict[str, Any]], None]
 

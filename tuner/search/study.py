@@ -23,15 +23,15 @@ import optuna
 from optuna.storages._heartbeat import fail_stale_trials, get_heartbeat_thread
 from optuna.trial import TrialState
 
-from tuner import record
 from tuner.engines import sglang as engine
 from tuner.errors import UserError
-from tuner.feasibility import CrashModel, ModelMemory
-from tuner.objective import EventHook, LaunchTarget, Objective, ObjectiveConfig
-from tuner.pareto import MAXIMIZE, MINIMIZE, Point, pareto_front
-from tuner.pruning import StagePruner, StagePrunerConfig
-from tuner.space import SearchSpace, default_space_path, load_space
-from tuner.storage import DEFAULT_STUDIES_DIR, describe_storage, open_storage
+from tuner.results import record
+from tuner.results.pareto import MAXIMIZE, MINIMIZE, Point, pareto_front
+from tuner.results.storage import DEFAULT_STUDIES_DIR, describe_storage, open_storage
+from tuner.search.feasibility import CrashModel, ModelMemory
+from tuner.search.objective import EventHook, LaunchTarget, Objective, ObjectiveConfig
+from tuner.search.pruning import StagePruner, StagePrunerConfig
+from tuner.search.space import SearchSpace, default_space_path, load_space
 
 SAMPLERS = ("tpe", "nsga2", "random", "grid")
 ENGINES = ("sim", "sglang")

@@ -2,7 +2,7 @@
 
 The page embeds plotly.js once and loads nothing from the network, so it can be mailed, opened
 from a file share, or read on an air-gapped GPU box. It is the authority on feasibility (see
-DESIGN.md: optuna-dashboard 0.21 ignores the per-key constraints the tuner records).
+docs/design.md: optuna-dashboard 0.21 ignores the per-key constraints the tuner records).
 
 Example:
     >>> write_report(None, "qwen-mtp")  # doctest: +SKIP
@@ -25,18 +25,18 @@ import plotly.graph_objects as go
 from optuna.storages import BaseStorage
 
 from tuner import __version__
-from tuner.export import launch_command, safe_file_stem
-from tuner.importance import objective_importances
-from tuner.pareto import MAXIMIZE, Point, hypervolume_history, knee_point, pareto_front
-from tuner.report_figures import (
+from tuner.results.export import launch_command, safe_file_stem
+from tuner.results.figures import (
     Importances,
     history_figure,
     importance_figure,
     parallel_figure,
     pareto_figure,
 )
-from tuner.storage import DEFAULT_STUDIES_DIR, open_storage
-from tuner.study_records import (
+from tuner.results.importance import objective_importances
+from tuner.results.pareto import MAXIMIZE, Point, hypervolume_history, knee_point, pareto_front
+from tuner.results.storage import DEFAULT_STUDIES_DIR, open_storage
+from tuner.results.study_records import (
     Category,
     StudyMeta,
     TrialRecord,
@@ -47,7 +47,7 @@ from tuner.study_records import (
     read_study_meta,
     record_from_trial,
 )
-from tuner.verdict import Verdict, verdict
+from tuner.results.verdict import Verdict, verdict
 
 REPORT_FILE = "report.html"
 PNG_FILE = "pareto.png"

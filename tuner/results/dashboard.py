@@ -2,7 +2,7 @@
 
 optuna-dashboard is a live view (trials as they finish, notes, per-trial attrs). It is not the
 authority on feasibility: version 0.21 reads only the old list-style constraints attribute, so
-the report (tuner/report.py) decides what is feasible and Pareto-optimal.
+the report (tuner/results/report.py) decides what is feasible and Pareto-optimal.
 
 Example:
     >>> serve_dashboard(storage, port=8080, on_ready=print)  # doctest: +SKIP

@@ -3,7 +3,7 @@
 A launch that cannot fit costs minutes of GPU time (weights load before sglang finds out), so two
 checks run before any launch:
 
-1. `estimate_memory`: sglang's own sizing rules (../shared/SGLANG.md) applied to the model's shape
+1. `estimate_memory`: sglang's own sizing rules (docs/design.md) applied to the model's shape
    and the GPU's memory. It rejects only what clearly cannot fit (no KV tokens left, or far too
    little room for activations); borderline cases are left to the launch and to the model below.
 2. `CrashModel`: a scikit-learn classifier trained on this study's launch outcomes. It skips a
@@ -106,7 +106,7 @@ class MemoryEstimate:
 def _derived_mem_fraction(
     gpu_bytes: float, chunked_prefill: int, graph_bs: int, spec: bool
 ) -> float:
-    # sglang's rule when --mem-fraction-static is unset (SGLANG.md).
+    # sglang's rule when --mem-fraction-static is unset (docs/design.md).
     reserved = 512 * MB + 1.5 * MB * max(chunked_prefill, 2048) + 2 * MB * graph_bs
     if gpu_bytes > 60 * GB:
         reserved = max(reserved, 10 * GB)

@@ -1,0 +1,1 @@
+"""The trial path: search space, sampler, study loop, workers, objective, serving and pruning."""
