@@ -82,7 +82,8 @@ from tuner.results import record
 from tuner.search.feasibility import CrashModel
 from tuner.search.objective import LaunchAndBench, LaunchTarget, Objective, ObjectiveConfig
 from tuner.search.pruning import StagePruner
-from tuner.search.space import ParamSpec, SearchSpace, default_space_path, load_space, suggest_flags
+from tuner.search.space import ParamSpec, SearchSpace, suggest_flags
+from tuner.search.space_load import default_space_path, load_space
 from tuner.search.study import (
     StudyOptions,
     _ensure_study_attrs,

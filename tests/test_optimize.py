@@ -273,7 +273,7 @@ def test_other_samplers_run_a_study(tmp_path, sampler):
 
 
 def test_grid_enumerates_choices_and_range_points(tmp_path):
-    from tuner.search.space import load_space
+    from tuner.search.space_load import load_space
     from tuner.search.study import grid_search_space
 
     grid = grid_search_space(load_space(small_space(tmp_path)))

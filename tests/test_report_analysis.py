@@ -9,6 +9,7 @@ import optuna
 import pytest
 from fixture_studies import FEASIBLE, PARETO, build_study
 
+from tuner.results.goals import Slo
 from tuner.results.pareto import (
     Point,
     dominates,
@@ -18,7 +19,7 @@ from tuner.results.pareto import (
     pareto_front,
 )
 from tuner.results.report import analyse
-from tuner.results.study_records import Category, Slo, load_records, metric_label
+from tuner.results.study_records import Category, load_records, metric_label
 from tuner.results.verdict import verdict
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -12,14 +12,8 @@ import pytest
 import yaml
 
 from tuner.errors import UserError
-from tuner.search.space import (
-    SearchSpace,
-    Slo,
-    default_space_path,
-    load_space,
-    shipped_spaces,
-    suggest_flags,
-)
+from tuner.search.space import SearchSpace, Slo, suggest_flags
+from tuner.search.space_load import default_space_path, load_space, shipped_spaces
 
 # Params must be real sglang flags (the space is checked against the parser snapshot), so the
 # tests use a few with simple types: a categorical, two ints and a float.

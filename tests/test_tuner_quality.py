@@ -72,7 +72,7 @@ def oracle_serve():
 def test_oracle_serve_charges_only_what_ran(oracle_serve):
     from tuner.engines import sglang as engine
     from tuner.launcher import LaunchError
-    from tuner.search.space import load_space
+    from tuner.search.space_load import load_space
 
     space = load_space("qwen3.6-27b-mtp-hicache")
     serve = oracle_serve.OracleServe(space, seed=0)

@@ -113,7 +113,7 @@ def optimize(
     from rich.console import Console
 
     from tuner.progress import OptimizeDisplay
-    from tuner.search.space import default_space_path, load_space
+    from tuner.search.space_load import default_space_path, load_space
     from tuner.search.study import StudyOptions, quiet_optuna, run_study
     from tuner.search.workers import gpu_groups, run_parallel
     from tuner.summary import print_summary

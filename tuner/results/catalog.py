@@ -15,6 +15,7 @@ from pathlib import Path
 from optuna.storages import BaseStorage
 
 from tuner.errors import UserError
+from tuner.results.goals import MAXIMIZE
 from tuner.results.pareto import Point, pareto_front
 from tuner.results.storage import (
     DEFAULT_STUDIES_DIR,
@@ -23,13 +24,7 @@ from tuner.results.storage import (
     storage_for_file,
     study_files,
 )
-from tuner.results.study_records import (
-    MAXIMIZE,
-    Category,
-    is_candidate,
-    load_records,
-    metric_label,
-)
+from tuner.results.study_records import Category, is_candidate, load_records, metric_label
 
 _STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
 

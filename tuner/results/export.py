@@ -25,10 +25,9 @@ import yaml
 from optuna.storages import BaseStorage
 
 from tuner.errors import UserError
+from tuner.results.goals import MAXIMIZE, Slo
 from tuner.results.pareto import Point, knee_point, pareto_front
 from tuner.results.study_records import (
-    MAXIMIZE,
-    Slo,
     StudyMeta,
     TrialRecord,
     counts_by_category,

@@ -13,7 +13,8 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tuner.results.study_records import MAXIMIZE, Category, StudyMeta, TrialRecord, metric_label
+from tuner.results.goals import MAXIMIZE
+from tuner.results.study_records import Category, StudyMeta, TrialRecord, metric_label
 
 # One look per category, shared by every figure so a colour means the same thing everywhere.
 STYLE: dict[Category, tuple[str, str, str]] = {

@@ -17,7 +17,8 @@ from optuna.trial import TrialState
 
 from tuner.results import record
 from tuner.results.figures import Importances
-from tuner.results.study_records import StudyMeta, as_float
+from tuner.results.goals import as_float
+from tuner.results.study_records import StudyMeta
 
 # Below this many measured trials the top quantile is one or two trials: noise, not importance.
 MIN_TRIALS = 5

@@ -15,8 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-MAXIMIZE = "maximize"
-MINIMIZE = "minimize"
+from tuner.results.goals import MAXIMIZE, MINIMIZE
 
 
 @dataclass(frozen=True)

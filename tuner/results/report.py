@@ -33,8 +33,9 @@ from tuner.results.figures import (
     parallel_figure,
     pareto_figure,
 )
+from tuner.results.goals import MAXIMIZE
 from tuner.results.importance import objective_importances
-from tuner.results.pareto import MAXIMIZE, Point, hypervolume_history, knee_point, pareto_front
+from tuner.results.pareto import Point, hypervolume_history, knee_point, pareto_front
 from tuner.results.storage import DEFAULT_STUDIES_DIR, open_storage
 from tuner.results.study_records import (
     Category,

@@ -12,9 +12,8 @@ Example:
 from __future__ import annotations
 
 import math
-import operator
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -25,69 +24,14 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import UserError
 from tuner.results import record
-
-MAXIMIZE = "maximize"
-MINIMIZE = "minimize"
-
-
-@dataclass(frozen=True)
-class Objective:
-    metric: str  # a key of the trial's METRICS, sglang's benchmark name
-    direction: str  # "maximize" | "minimize"
-
-
-# What a study without the `objectives` attr (made by hand, or by an older tuner) optimized.
-DEFAULT_OBJECTIVES = (
-    Objective("output_throughput", MAXIMIZE),
-    Objective("median_tpot_ms", MINIMIZE),
+from tuner.results.goals import (
+    DEFAULT_OBJECTIVES,
+    MAXIMIZE,
+    MINIMIZE,
+    Objective,
+    Slo,
+    as_float,
 )
-
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    "<=": operator.le,
-    "<": operator.lt,
-    ">=": operator.ge,
-    ">": operator.gt,
-}
-_SLO_TEXT = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
-
-
-@dataclass(frozen=True)
-class Slo:
-    """A limit on one benchmark metric, e.g. p99_ttft_ms <= 2000."""
-
-    metric: str
-    op: str
-    limit: float
-
-    @classmethod
-    def parse(cls, text: str) -> Slo:
-        """Parse `'p99_ttft_ms<=2000'` (operators <=, <, >=, >)."""
-        match = _SLO_TEXT.match(text)
-        if match is None:
-            raise UserError(
-                f"--slo {text!r} is not a limit: write METRIC<=NUMBER, e.g. 'p99_ttft_ms<=2000' "
-                "(operators <=, <, >=, >)"
-            )
-        metric, op, number = match.groups()
-        try:
-            limit = float(number)
-        except ValueError:
-            raise UserError(f"--slo {text!r}: {number!r} is not a number") from None
-        return cls(metric, op, limit)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Slo:
-        return cls(str(data["metric"]), str(data.get("op", "<=")), float(data["limit"]))
-
-    def satisfied_by(self, metrics: Mapping[str, Any]) -> bool:
-        """False when the metric is missing or not a number: an unmeasured limit is not met."""
-        value = as_float(metrics.get(self.metric))
-        if value is None:
-            return False
-        return _OPS[self.op](value, self.limit)
-
-    def __str__(self) -> str:
-        return f"{self.metric} {self.op} {self.limit:g}"
 
 
 class Category(StrEnum):
@@ -182,17 +126,6 @@ class TrialRecord:
         if self.failure_class:
             label += f" ({self.failure_class})"
         return f"{label}: {detail}" if detail else label
-
-
-def as_float(value: Any) -> float | None:
-    """A finite float, or None for anything else (missing, text, inf, NaN)."""
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def read_study_meta(study: optuna.Study) -> StudyMeta:

@@ -16,14 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tuner.results.study_records import (
-    MAXIMIZE,
-    Category,
-    StudyMeta,
-    TrialRecord,
-    is_candidate,
-    metric_label,
-)
+from tuner.results.goals import MAXIMIZE
+from tuner.results.study_records import Category, StudyMeta, TrialRecord, is_candidate, metric_label
 
 # Latencies within this fraction of the default's count as "the same": benchmark noise.
 SAME_LATENCY_TOLERANCE = 0.05

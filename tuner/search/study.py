@@ -26,12 +26,14 @@ from optuna.trial import TrialState
 from tuner.engines import sglang as engine
 from tuner.errors import UserError
 from tuner.results import record
-from tuner.results.pareto import MAXIMIZE, MINIMIZE, Point, pareto_front
+from tuner.results.goals import MAXIMIZE, MINIMIZE
+from tuner.results.pareto import Point, pareto_front
 from tuner.results.storage import DEFAULT_STUDIES_DIR, describe_storage, open_storage
 from tuner.search.feasibility import CrashModel, ModelMemory
 from tuner.search.objective import EventHook, LaunchTarget, Objective, ObjectiveConfig
 from tuner.search.pruning import StagePruner, StagePrunerConfig
-from tuner.search.space import SearchSpace, default_space_path, load_space
+from tuner.search.space import SearchSpace
+from tuner.search.space_load import default_space_path, load_space
 
 SAMPLERS = ("tpe", "nsga2", "random", "grid")
 ENGINES = ("sim", "sglang")

@@ -167,6 +167,6 @@ def _drain(events: Any, on_event: EventHook | None) -> None:
 
 
 def _space_name(options: StudyOptions) -> str:
-    from tuner.search.space import default_space_path, load_space
+    from tuner.search.space_load import default_space_path, load_space
 
     return load_space(options.space_path or default_space_path()).name
