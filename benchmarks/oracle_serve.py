@@ -1,15 +1,16 @@
 """An oracle-backed `Serve`: the tuner's own objective, served by the simulator's oracle.
 
-`tuner.search.objective.Objective` serves a trial through a pluggable `Serve`. This one launches
-nothing: it asks `tuner.sim.oracle.predict` what `python -m tuner.sim <argv> <--sim-* options>`
-would do under the search space's workload, and plays that back to the objective as a launch
-failure (`LaunchError`) or as a ready server whose benchmark reports cumulative per-stage
-summaries (sglang's metric names) until the stage hook says stop. Everything else (sampling,
+`tuner.search.objective.TrialObjective` serves a trial through a pluggable `Serve`. This one
+launches nothing: it asks `tuner.sim.oracle.predict` what
+`python -m tuner.sim <argv> <--sim-* options>` would do under the search space's workload,
+and plays that back to the objective as a launch failure (`LaunchError`) or as a ready server
+whose benchmark reports cumulative per-stage summaries (sglang's metric names) until the stage
+hook says stop. Everything else (sampling,
 startup rules, feasibility checks, stage pruning, constraints, records) is the real code path,
 so a study runs in milliseconds per trial instead of minutes.
 
     serve = OracleServe(space, seed=0)
-    objective = Objective(ObjectiveConfig(space=space, study_dir=Path("."),
+    objective = TrialObjective(ObjectiveConfig(space=space, study_dir=Path("."),
                                           target=LaunchTarget(), serve=serve))
     ...                       # run_trials(study, objective, 40)
     serve.costs[3].gpu_s      # modelled GPU seconds trial 3 used
@@ -52,9 +53,10 @@ import numpy as np
 from tuner.bench.workload import WorkloadSpec
 from tuner.engines import sglang as engine
 from tuner.launcher import LaunchError
-from tuner.search.objective import ReadyHook, Served, StageHook
+from tuner.search.options import StudyOptions
+from tuner.search.serve import ReadyHook, Served, StageHook
 from tuner.search.space import SearchSpace
-from tuner.search.study import StudyOptions, launch_target
+from tuner.search.target import launch_target
 from tuner.sim.oracle import OracleResult, OracleWorkload, build, predict
 from tuner.sim.profiles import load_model
 
@@ -263,7 +265,7 @@ def summary_from_oracle(
 
 @dataclass
 class OracleServe:
-    """`tuner.search.objective.Serve` on by the simulator's oracle; tallies modelled GPU time."""
+    """`tuner.search.serve.Serve` backed by the simulator's oracle; tallies modelled GPU time."""
 
     space: SearchSpace
     seed: int = 0

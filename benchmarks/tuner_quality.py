@@ -6,10 +6,9 @@
 
 Budgets 20, 40, 80 and 200 trials (200 so that trials-to-95% is measured for the methods that
 take longer than 80), 5 seeds. Methods, each on the same budgets and seeds, all through the real
-objective (`tuner.search.objective.Objective` + `tuner.search.study.run_trials` on an in-memory
-Optuna study)
-served by the simulator's oracle (`oracle_serve.OracleServe`: no server is launched; see that
-module for the noise and GPU-time models):
+objective (`tuner.search.objective.TrialObjective` + `tuner.search.study.run_trials` on an
+in-memory Optuna study) served by the simulator's oracle (`oracle_serve.OracleServe`: no server is
+launched; see that module for the noise and GPU-time models):
 
 - default: TPESampler(multivariate, group) + stage pruning + feasibility model (memory estimate
   and learned crash classifier), sglang's defaults as trial 0 (`tuner optimize`);
@@ -50,7 +49,7 @@ The space is a variant the oracle can judge, and the output says so (`oracle_var
 
 Served check: a few configurations (sglang's defaults, the oracle's best, two front points, the
 best just inside and just outside the SLO limit, a crashing one) are also launched as real
-simulator processes (`tuner.search.objective.LaunchAndBench`, the HTTP benchmark) and their figures
+simulator processes (`tuner.search.serve.LaunchAndBench`, the HTTP benchmark) and their figures
 compared with what OracleServe reports for them, with both SLO verdicts.
 
 Outputs in --out (default benchmarks/results): tuner_quality.md (table), tuner_quality.json
@@ -80,21 +79,20 @@ from tuner.engines import sglang as engine
 from tuner.launcher import LaunchError
 from tuner.results import record
 from tuner.search.feasibility import CrashModel
-from tuner.search.objective import LaunchAndBench, LaunchTarget, Objective, ObjectiveConfig
+from tuner.search.objective import ObjectiveConfig, TrialObjective
+from tuner.search.options import StudyOptions
 from tuner.search.pruning import StagePruner
+from tuner.search.sampler import grid_search_space, make_sampler
+from tuner.search.serve import LaunchAndBench, LaunchTarget
 from tuner.search.space import ParamSpec, SearchSpace, suggest_flags
 from tuner.search.space_load import default_space_path, load_space
 from tuner.search.study import (
-    StudyOptions,
     _ensure_study_attrs,
-    grid_search_space,
-    launch_target,
-    make_sampler,
-    memory_inputs,
     queue_baseline_and_retries,
     quiet_optuna,
     run_trials,
 )
+from tuner.search.target import launch_target, memory_inputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from oracle_serve import ORACLE_METRICS, NoiseModel, OracleCache, OracleServe
@@ -465,7 +463,7 @@ def run_study(
     serve = OracleServe(space, seed=seed, noise=noise, oracle=oracle.serve.oracle)
     options = StudyOptions(engine="sim", seed=seed, prune=method.prune)
     model_memory, gpu_gb = memory_inputs(space, options) if method.feasibility else (None, None)
-    objective = Objective(
+    objective = TrialObjective(
         ObjectiveConfig(
             space=space,
             study_dir=Path(tempfile.gettempdir()),  # unused: OracleServe writes no logs

@@ -15,12 +15,12 @@ import yaml
 from fixture_studies import SPECS, build_study, server_args, sqlite_study
 
 from tuner.errors import UserError
-from tuner.results.export import (
+from tuner.results.export import export_trial
+from tuner.results.pick import Pick
+from tuner.results.server_config import (
     ConfigFile,
-    Pick,
     argv_to_config,
     config_to_argv,
-    export_trial,
     sglang_server_args,
 )
 from tuner.results.storage import open_storage
@@ -82,7 +82,7 @@ def test_impossible_slo_and_unknown_metric_are_clear_errors(storage, tmp_path):
 
 def test_only_trials_that_served_the_benchmark_within_constraints_are_candidates(storage):
     meta, trials = load_records(storage, "qwen-mtp")
-    from tuner.results.export import candidates
+    from tuner.results.pick import candidates
 
     assert sorted(t.number for t in candidates(trials, meta)) == [0, 2, 3, 5, 12, 13, 14]
 

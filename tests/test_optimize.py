@@ -16,9 +16,11 @@ from optuna.trial import TrialState
 from sim_spaces import small_space
 
 from tuner.results import record
+from tuner.results.record import INTERRUPTED, RETRY_OF
 from tuner.results.storage import open_storage
+from tuner.search.options import StudyOptions
 from tuner.search.pruning import StagePrunerConfig
-from tuner.search.study import INTERRUPTED, RETRY_OF, StudyOptions, run_study
+from tuner.search.study import run_study
 
 
 def _trials(tmp_path: Path, name: str) -> list[optuna.trial.FrozenTrial]:
@@ -273,8 +275,8 @@ def test_other_samplers_run_a_study(tmp_path, sampler):
 
 
 def test_grid_enumerates_choices_and_range_points(tmp_path):
+    from tuner.search.sampler import grid_search_space
     from tuner.search.space_load import load_space
-    from tuner.search.study import grid_search_space
 
     grid = grid_search_space(load_space(small_space(tmp_path)))
     assert grid["chunked_prefill_size"] == [2048, 4096, 8192, 16384]

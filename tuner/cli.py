@@ -113,8 +113,9 @@ def optimize(
     from rich.console import Console
 
     from tuner.progress import OptimizeDisplay
+    from tuner.search.options import StudyOptions
     from tuner.search.space_load import default_space_path, load_space
-    from tuner.search.study import StudyOptions, quiet_optuna, run_study
+    from tuner.search.study import quiet_optuna, run_study
     from tuner.search.workers import gpu_groups, run_parallel
     from tuner.summary import print_summary
 
@@ -332,7 +333,8 @@ def export_command(
     studies_dir: Path = typer.Option(Path("studies"), "--studies-dir", help=_STUDIES_DIR_HELP),
 ) -> None:
     """Write launch_<study>_trial<N>.sh and .yaml (sglang --config) for one trial."""
-    from tuner.results.export import Pick, export_trial
+    from tuner.results.export import export_trial
+    from tuner.results.pick import Pick
     from tuner.results.storage import locate_study
 
     if pick is not None and pick not in {p.value for p in Pick}:

@@ -7,8 +7,8 @@ from rich.table import Table
 
 from tuner.progress import format_flags
 from tuner.results import record
+from tuner.search.options import StudySummary
 from tuner.search.space import SearchSpace
-from tuner.search.study import StudySummary
 
 
 def print_summary(console: Console, summary: StudySummary, space: SearchSpace) -> None:

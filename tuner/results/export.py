@@ -1,4 +1,4 @@
-"""Pick a trial and write it out as a launch script and an sglang `--config` YAML file.
+"""Write a chosen trial out as a launch script and an sglang `--config` YAML file.
 
 The script runs `python3 -m sglang.launch_server` with exactly the trial's recorded flags for the
 study's sglang version. Host, port and API key come from the environment when the script runs,
@@ -17,41 +17,34 @@ import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 from optuna.storages import BaseStorage
 
-from tuner.errors import UserError
-from tuner.results.goals import MAXIMIZE, Slo
-from tuner.results.pareto import Point, knee_point, pareto_front
+from tuner.engines.sglang import LAUNCH_MODULE
+from tuner.results.goals import Slo
+from tuner.results.pick import Pick, choose_trial
+from tuner.results.server_config import (
+    ConfigFile,
+    argv_to_config,
+    config_to_argv,
+    parser_snapshot,
+    sglang_server_args,
+    validate_argv,
+)
 from tuner.results.study_records import (
     StudyMeta,
     TrialRecord,
-    counts_by_category,
-    is_candidate,
     load_records,
 )
 
 if TYPE_CHECKING:
-    from tuner.engines.snapshot import ParserSnapshot
+    pass
 
-LAUNCH_MODULE = "sglang.launch_server"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 30000
-# Set by the script from the environment at run time; never taken from the recorded argv.
-_RUNTIME_FLAGS = ("--host", "--port", "--api-key")
-_SIM_PREFIX = "--sim-"
-_INT = re.compile(r"^[+-]?\d+$")
-_FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
-
-
-class Pick(StrEnum):
-    MAX_THROUGHPUT = "max-throughput"
-    MIN_LATENCY = "min-latency"
-    KNEE = "knee"
 
 
 @dataclass(frozen=True)
@@ -64,220 +57,6 @@ class ExportResult:
     argv: tuple[str, ...]  # the flags after `-m sglang.launch_server`, without host/port/key
     validated_for: str | None  # the sglang version the argv was checked against, or None
     warnings: tuple[str, ...]
-
-
-# -- choosing a trial (pure) ---------------------------------------------------------------
-
-
-def candidates(
-    trials: Sequence[TrialRecord], meta: StudyMeta, slos: Sequence[Slo] = ()
-) -> list[TrialRecord]:
-    """Trials that served the whole benchmark within every constraint and every extra SLO."""
-    return [t for t in trials if is_candidate(t, meta, slos) and t.server_args]
-
-
-def pick_trial(
-    trials: Sequence[TrialRecord], meta: StudyMeta, pick: Pick, slos: Sequence[Slo] = ()
-) -> TrialRecord:
-    """Apply a pick rule to the candidates; UserError when there is none."""
-    pool = candidates(trials, meta, slos)
-    if not pool:
-        raise UserError(_no_candidate_message(trials, meta, slos))
-    sign = 1.0 if meta.throughput.direction == MAXIMIZE else -1.0
-    lat_sign = 1.0 if meta.latency.direction == MAXIMIZE else -1.0
-
-    def goodness(t: TrialRecord) -> tuple[float, float]:
-        values = t.objective_values(meta)
-        assert values is not None  # candidates are measured
-        return sign * values[0], lat_sign * values[1]
-
-    if pick is Pick.MAX_THROUGHPUT:
-        return max(pool, key=lambda t: (*goodness(t), -t.number))
-    if pick is Pick.MIN_LATENCY:
-        return max(pool, key=lambda t: (goodness(t)[1], goodness(t)[0], -t.number))
-    by_number = {t.number: t for t in pool}
-    points = [Point(t.number, t.objective_values(meta)) for t in pool]  # type: ignore[arg-type]
-    knee = knee_point(pareto_front(points, meta.directions), meta.directions)
-    assert knee is not None  # a non-empty pool has a non-empty front
-    return by_number[knee.key]
-
-
-def choose_trial(
-    trials: Sequence[TrialRecord],
-    meta: StudyMeta,
-    *,
-    trial_number: int | None = None,
-    pick: Pick | None = None,
-    slos: Sequence[Slo] = (),
-) -> tuple[TrialRecord, list[str]]:
-    """The trial to export and the warnings to show. `--trial` wins; `knee` is the default."""
-    _check_slo_metrics(trials, slos)
-    if trial_number is None:
-        return pick_trial(trials, meta, pick or Pick.KNEE, slos), []
-    if pick is not None:
-        raise UserError("give either --trial N or --pick RULE, not both")
-    by_number = {t.number: t for t in trials}
-    chosen = by_number.get(trial_number)
-    if chosen is None:
-        numbers = sorted(by_number)
-        span = f"trials 0..{numbers[-1]}" if numbers else "no trials"
-        raise UserError(f"study {meta.name!r} has no trial {trial_number} ({span})")
-    if not chosen.server_args:
-        raise UserError(
-            f"trial {trial_number} recorded no server args ({chosen.why()}); nothing to export"
-        )
-    warnings = []
-    if not is_candidate(chosen, meta):
-        warnings.append(f"trial {trial_number} is not a recommended configuration: {chosen.why()}")
-    unmet = [str(s) for s in slos if not s.satisfied_by(chosen.metrics)]
-    if unmet:
-        warnings.append(f"trial {trial_number} does not meet --slo {', '.join(unmet)}")
-    return chosen, warnings
-
-
-def _check_slo_metrics(trials: Sequence[TrialRecord], slos: Sequence[Slo]) -> None:
-    # A misspelt metric would silently filter out every trial; name it instead.
-    known = sorted({k for t in trials for k in t.metrics})
-    for slo in slos:
-        if slo.metric not in known:
-            raise UserError(
-                f"--slo {slo}: no trial measured {slo.metric!r}; metrics recorded: "
-                + (", ".join(known) or "none")
-            )
-
-
-def _no_candidate_message(trials: Sequence[TrialRecord], meta: StudyMeta, slos: Sequence[Slo]):
-    counts = ", ".join(f"{n} {c.value}" for c, n in counts_by_category(trials).items() if n)
-    limits = [str(s) for s in (*meta.slos, *slos)]
-    within = f" within {', '.join(limits)}" if limits else ""
-    return (
-        f"no trial of study {meta.name!r} served the whole benchmark{within} "
-        f"({counts or 'no trials'}); relax --slo or run more trials"
-    )
-
-
-# -- argv and config (pure) ----------------------------------------------------------------
-
-
-def sglang_server_args(server_args: Sequence[str]) -> list[str]:
-    """The recorded argv without simulator options and without host/port/API key."""
-    out: list[str] = []
-    i = 0
-    while i < len(server_args):
-        token = server_args[i]
-        name = token.split("=", 1)[0]
-        drop = name.startswith(_SIM_PREFIX) or name in _RUNTIME_FLAGS
-        takes_value = (
-            "=" not in token and i + 1 < len(server_args) and _is_value(server_args[i + 1])
-        )
-        if drop:
-            i += 2 if takes_value else 1
-            continue
-        out.append(token)
-        i += 1
-    return out
-
-
-def _is_value(token: str) -> bool:
-    # sglang's server flags are all long options, so anything not starting with "--" (including
-    # negative numbers such as `--chunked-prefill-size -1`) is a value.
-    return not token.startswith("--")
-
-
-@dataclass(frozen=True)
-class ConfigFile:
-    """What goes into sglang's `--config` YAML, and what cannot."""
-
-    values: dict[str, Any]  # flag name (its long spelling without dashes) -> typed value
-    cli_only: tuple[
-        str, ...
-    ] = ()  # flags a config file cannot carry: pass them on the command line
-
-
-def argv_to_config(argv: Sequence[str], snapshot: ParserSnapshot | None = None) -> ConfigFile:
-    """Flags -> the mapping sglang's `--config` YAML holds.
-
-    sglang turns each key back into `--key` and its value into text; a YAML boolean becomes a
-    bare flag only for store_true options, and options of other kinds (`--x/--no-x` pairs,
-    custom actions) are refused in a config file. With the version's parser `snapshot` the keys
-    are sglang's own spellings, values get the option's type and refused kinds go to `cli_only`;
-    without it a bare flag becomes `true` and numbers-looking values become numbers.
-    """
-    values: dict[str, Any] = {}
-    cli_only: list[str] = []
-    for flag, texts in _flag_values(argv):
-        option = snapshot.option(flag) if snapshot is not None else None
-        if option is None:
-            key = flag[2:]
-            values[key] = True if not texts else _guess(texts)
-            continue
-        key = _spelling(option)[2:]
-        if option.kind == "store_true" and not texts:
-            values[key] = True
-        elif option.kind == "store" and texts:
-            typed = [_as_type(t, option.type) for t in texts]
-            many = option.nargs in ("*", "+") or (
-                isinstance(option.nargs, int) and option.nargs > 1
-            )
-            values[key] = typed if many else typed[0]
-        else:
-            cli_only += [flag, *texts]
-    return ConfigFile(values, tuple(cli_only))
-
-
-def config_to_argv(config: ConfigFile) -> list[str]:
-    """What sglang rebuilds from the config file, followed by the command-line-only flags."""
-    argv: list[str] = []
-    for name, value in config.values.items():
-        if value is True:
-            argv.append(f"--{name}")
-        elif value is False or value is None:
-            continue
-        elif isinstance(value, list):
-            argv += [f"--{name}", *(str(v) for v in value)]
-        else:
-            argv += [f"--{name}", str(value)]
-    return argv + list(config.cli_only)
-
-
-def _flag_values(argv: Sequence[str]) -> list[tuple[str, list[str]]]:
-    pairs: list[tuple[str, list[str]]] = []
-    for token in argv:
-        if token.startswith("--"):
-            flag, eq, value = token.partition("=")
-            pairs.append((flag, [value] if eq else []))
-        elif pairs:
-            pairs[-1][1].append(token)
-        else:
-            raise UserError(f"server args: {token!r} is not a flag (in {shlex.join(argv)})")
-    # argparse keeps the last of a repeated store flag; so does the config (dict order: first).
-    return pairs
-
-
-def _spelling(option: Any) -> str:
-    # sglang's own name for an option is its first long flag; aliases come after it.
-    return next((f for f in option.flags if f.startswith("--")), option.flags[0])
-
-
-def _as_type(text: str, type_name: str | None) -> int | float | str:
-    if type_name == "int" and _INT.match(text):
-        return int(text)
-    if type_name == "float" and _FLOAT.match(text):
-        return float(text)
-    return text  # str, and converters sglang applies itself (JSON, "200k" sizes, ...)
-
-
-def _guess(texts: list[str]) -> Any:
-    typed = [_typed(t) for t in texts]
-    return typed[0] if len(typed) == 1 else typed
-
-
-def _typed(value: str) -> int | float | str:
-    if _INT.match(value):
-        return int(value)
-    if _FLOAT.match(value):
-        return float(value)
-    return value
 
 
 def _comment(text: str) -> str:
@@ -404,27 +183,6 @@ def _shell_args(tokens: Sequence[str]) -> str:
 
 
 # -- validation and writing (I/O) ----------------------------------------------------------
-
-
-def parser_snapshot(version: str | None) -> tuple[ParserSnapshot | None, str | None]:
-    """sglang's parser snapshot for `version`, or None and why there is none."""
-    if not version:
-        return None, "not validated: the study does not record its sglang version"
-    try:
-        from tuner.engines.sglang import load_snapshot
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("tuner.engines"):
-            return None, "not validated: tuner.engines.sglang is not available"
-        raise
-    return load_snapshot(version), None  # UserError, naming the known versions, when absent
-
-
-def validate_argv(argv: Sequence[str], version: str) -> None:
-    """UserError when sglang `version` would reject `argv` (a complete launch command line):
-    a script that sglang would refuse must not be written."""
-    from tuner.engines.sglang import validate_server_args
-
-    validate_server_args(list(argv), version)
 
 
 def safe_file_stem(study_name: str) -> str:

@@ -6,14 +6,14 @@ Each function returns one `go.Figure`; tuner/results/report.py puts them on the 
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from tuner.results.goals import MAXIMIZE
+from tuner.results.importance import Importances
 from tuner.results.study_records import Category, StudyMeta, TrialRecord, metric_label
 
 # One look per category, shared by every figure so a colour means the same thing everywhere.
@@ -28,14 +28,6 @@ STYLE: dict[Category, tuple[str, str, str]] = {
 }
 FRONT_COLOUR = "#2ca02c"
 PLOT_X = "total_throughput"  # the Pareto plot's x axis, as the issue asks
-
-
-@dataclass(frozen=True)
-class Importances:
-    """Parameter importance per objective metric; a note where it could not be computed."""
-
-    by_metric: Mapping[str, Mapping[str, float]]
-    notes: Mapping[str, str]
 
 
 def hover_text(trial: TrialRecord, meta: StudyMeta) -> str:

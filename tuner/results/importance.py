@@ -9,14 +9,14 @@ stored study untouched.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 
 import optuna
 from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
 from optuna.trial import TrialState
 
 from tuner.results import record
-from tuner.results.figures import Importances
 from tuner.results.goals import as_float
 from tuner.results.study_records import StudyMeta
 
@@ -66,3 +66,11 @@ def objective_importances(
         except (ValueError, RuntimeError) as exc:
             notes[objective.metric] = f"importance not computed: {exc}"
     return Importances(by_metric=by_metric, notes=notes)
+
+
+@dataclass(frozen=True)
+class Importances:
+    """Parameter importance per objective metric; a note where it could not be computed."""
+
+    by_metric: Mapping[str, Mapping[str, float]]
+    notes: Mapping[str, str]

@@ -34,6 +34,11 @@ Trial user attrs:
     SERVER_PGID   process group id of the trial's server while it runs
     DUPLICATE_OF  the sampler proposed flags an earlier finished trial already measured: its
                   result is copied, nothing is launched
+    LOG_TAIL      the last 2000 characters of the server log when the launch failed
+    ERROR         "<exception type>: <message>" when the tuner itself failed (state FAIL)
+    INTERRUPTED   True when Ctrl-C stopped the trial (state FAIL); the next run retries it
+    RETRY_OF      number of the interrupted trial that this queued trial repeats
+    SURPLUS       True for a trial a concurrent worker asked for beyond the budget (state FAIL)
 """
 
 from __future__ import annotations
@@ -61,6 +66,11 @@ CONSTRAINTS = "constraints"
 WORKER = "worker"  # "<host>:<pid>" of the worker process running the trial
 SERVER_PGID = "server_pgid"  # process group of the trial's server, to clean up after a dead worker
 DUPLICATE_OF = "duplicate_of"  # number of the finished trial whose identical flags it reuses
+LOG_TAIL = "log_tail"  # the end of the server log of a launch that failed
+ERROR = "error"  # the exception of a trial that ended FAIL because the tuner itself failed
+INTERRUPTED = "interrupted"  # a trial stopped by Ctrl-C (FAIL); the next run queues it again
+RETRY_OF = "retry_of"  # number of the interrupted trial this queued trial repeats
+SURPLUS = "surplus"  # a trial asked for beyond the budget by a concurrent worker (FAIL)
 
 # How a trial ended, beyond Optuna's state.
 OUTCOME_OK = "ok"  # served the whole benchmark (COMPLETE)

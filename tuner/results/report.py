@@ -26,15 +26,9 @@ from optuna.storages import BaseStorage
 
 from tuner import __version__
 from tuner.results.export import launch_command, safe_file_stem
-from tuner.results.figures import (
-    Importances,
-    history_figure,
-    importance_figure,
-    parallel_figure,
-    pareto_figure,
-)
+from tuner.results.figures import history_figure, importance_figure, parallel_figure, pareto_figure
 from tuner.results.goals import MAXIMIZE
-from tuner.results.importance import objective_importances
+from tuner.results.importance import Importances, objective_importances
 from tuner.results.pareto import Point, hypervolume_history, knee_point, pareto_front
 from tuner.results.storage import DEFAULT_STUDIES_DIR, open_storage
 from tuner.results.study_records import (

@@ -17,119 +17,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
 from tuner.engines import sglang as engine
-from tuner.launcher import LaunchError, LaunchSpec, launch
+from tuner.launcher import LaunchError
 from tuner.results import record
 from tuner.search.feasibility import CrashModel, LaunchObservation, ModelMemory, estimate_memory
 from tuner.search.pruning import StagePoint, StagePruner
+from tuner.search.serve import LaunchAndBench, LaunchTarget, Serve, StageHook
 from tuner.search.space import SearchSpace, suggest_flags
 
 EventHook = Callable[[str, dict[str, Any]], None]
-
-
-@dataclass(frozen=True)
-class LaunchTarget:
-    """Which program serves the trial: real sglang, or the simulator with its own options."""
-
-    module: str = engine.LAUNCH_MODULE
-    extra_args: tuple[str, ...] = ()
-    gpus: str | None = None
-    api_key: str | None = None
-    ready_timeout_s: float = 900.0
-
-
-StageHook = Callable[[int, dict[str, Any]], bool]  # (stage, summary so far) -> go on?
-ReadyHook = Callable[[dict[str, Any], int | None], None]  # (capacity, server process group)
-
-
-@dataclass(frozen=True)
-class Served:
-    """What serving one trial gave: capacity, the benchmark summary, and how it ended."""
-
-    capacity: dict[str, Any]
-    summary: dict[str, Any]
-    duration_s: float  # modelled seconds of benchmark
-    stopped_at_stage: int | None  # the stage hook said stop
-    died: bool  # the server exited during the benchmark
-    launch_s: float
-
-
-class Serve(Protocol):
-    """How a trial is served. Raises LaunchError when the server does not come up."""
-
-    def serve(
-        self, number: int, server_args: list[str], on_ready: ReadyHook, on_stage: StageHook
-    ) -> Served: ...
-
-
-class LaunchAndBench:
-    """The real thing: launch the server, benchmark it over HTTP by stages, stop it."""
-
-    def __init__(self, target: LaunchTarget, space: SearchSpace, study_dir: Path) -> None:
-        self.target = target
-        self.space = space
-        self.study_dir = study_dir
-
-    def serve(
-        self, number: int, server_args: list[str], on_ready: ReadyHook, on_stage: StageHook
-    ) -> Served:
-        from tuner.bench import BenchConfig, WorkloadSpec, run_bench
-
-        target = self.target
-        spec = LaunchSpec(
-            module=target.module,
-            server_args=server_args,
-            extra_args=list(target.extra_args),
-            log_path=self.study_dir / f"trial-{number}" / "server.log",
-            gpus=target.gpus,
-            api_key=target.api_key,
-            ready_timeout_s=target.ready_timeout_s,
-        )
-        bench = self.space.bench
-        with launch(spec, engine.classify_failure, engine.READY_LINE) as server:
-            capacity = dict(engine.parse_capacity(server.log_text()))
-            capacity.update(_capacity_from_server_info(server.server_info))
-            on_ready(capacity, server.process.pid)
-
-            def hook(stage: int, summary: dict[str, Any]) -> bool:
-                return on_stage(stage, summary) and server.alive()
-
-            config = BenchConfig(
-                url=server.url,
-                workload=WorkloadSpec.from_dict(self.space.workload),
-                concurrency=bench.concurrency,
-                request_rate=bench.request_rate,
-                arrival=bench.arrival,
-                warmup_requests=bench.warmup_requests,
-                stages=int(bench.stages),
-                api=bench.api,
-                api_key=target.api_key,
-                request_timeout_s=bench.timeout_s,
-            )
-            try:
-                result = run_bench(config, on_stage=hook)
-            except Exception as exc:  # unreachable, or the server broke the protocol / died
-                return Served(
-                    capacity=capacity,
-                    summary={"completed": 0, "error": f"{type(exc).__name__}: {exc}"},
-                    duration_s=0.0,
-                    stopped_at_stage=None,
-                    died=not server.alive(),
-                    launch_s=server.launch_s,
-                )
-            return Served(
-                capacity=capacity,
-                summary=dict(result.summary),
-                duration_s=float(result.duration_s),
-                stopped_at_stage=result.stopped_at_stage,
-                died=not server.alive(),
-                launch_s=server.launch_s,
-            )
 
 
 @dataclass
@@ -146,7 +47,7 @@ class ObjectiveConfig:
     serve: Serve | None = None  # None: launch the server and benchmark it over HTTP
 
 
-class Objective:
+class TrialObjective:
     """Callable handed to `study.optimize`; returns (throughput, latency)."""
 
     def __init__(self, config: ObjectiveConfig) -> None:
@@ -272,7 +173,7 @@ class Objective:
                 record.TIMINGS,
                 {"launch_s": exc.elapsed_s or time.monotonic() - started, "bench_s": 0.0},
             )
-            trial.set_user_attr("log_tail", exc.log_tail[-2000:])
+            trial.set_user_attr(record.LOG_TAIL, exc.log_tail[-2000:])
             self._end_without_launch(
                 trial, record.OUTCOME_LAUNCH_FAILED, exc.failure_class, exc.message
             )
@@ -458,17 +359,3 @@ def _finite(value: Any) -> float:
     except (TypeError, ValueError):
         return math.inf
     return number if math.isfinite(number) else math.inf
-
-
-def _capacity_from_server_info(info: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if "max_total_num_tokens" in info:
-        out["max_total_num_tokens"] = info["max_total_num_tokens"]
-    states = info.get("internal_states")
-    if isinstance(states, list) and states and isinstance(states[0], dict):
-        effective = states[0].get("effective_max_running_requests_per_dp")
-        if effective is not None:
-            out["max_running_requests"] = effective
-    if "sim_time_scale" in info:
-        out["time_scale"] = info["sim_time_scale"]
-    return out

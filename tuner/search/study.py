@@ -1,4 +1,4 @@
-"""The study: storage, sampler, the baseline trial, resume, and the optimisation loop.
+"""The study loop: open or resume a study, queue the baseline, run trials to the budget, summarize.
 
     summary = run_study(StudyOptions(trials=40), on_event=print_event)
 
@@ -15,7 +15,6 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,60 +22,23 @@ import optuna
 from optuna.storages._heartbeat import fail_stale_trials, get_heartbeat_thread
 from optuna.trial import TrialState
 
-from tuner.engines import sglang as engine
 from tuner.errors import UserError
 from tuner.results import record
 from tuner.results.goals import MAXIMIZE, MINIMIZE
 from tuner.results.pareto import Point, pareto_front
-from tuner.results.storage import DEFAULT_STUDIES_DIR, describe_storage, open_storage
-from tuner.search.feasibility import CrashModel, ModelMemory
-from tuner.search.objective import EventHook, LaunchTarget, Objective, ObjectiveConfig
-from tuner.search.pruning import StagePruner, StagePrunerConfig
+from tuner.results.storage import describe_storage, open_storage
+from tuner.search.feasibility import CrashModel
+from tuner.search.objective import EventHook, ObjectiveConfig, TrialObjective
+from tuner.search.options import StudyOptions, StudySummary
+from tuner.search.pruning import StagePruner
+from tuner.search.sampler import make_sampler
 from tuner.search.space import SearchSpace
 from tuner.search.space_load import default_space_path, load_space
+from tuner.search.target import launch_target, memory_inputs
 
-SAMPLERS = ("tpe", "nsga2", "random", "grid")
-ENGINES = ("sim", "sglang")
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
-INTERRUPTED = "interrupted"
-RETRY_OF = "retry_of"
-SURPLUS = "surplus"
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass
-class StudyOptions:
-    trials: int = 40
-    space_path: Path | None = None
-    study_name: str | None = None
-    storage: str | None = None
-    engine: str = "sim"
-    timeout_s: float | None = None
-    seed: int | None = None
-    sampler: str = "tpe"
-    prune: bool = True
-    feasibility: bool = True
-    studies_dir: Path = DEFAULT_STUDIES_DIR
-    gpus: str | None = None  # CUDA_VISIBLE_DEVICES for the server
-    gpu_memory_gb: float | None = None  # for the memory estimate when nvml is absent
-    time_scale: float | None = None  # simulator only: overrides the space's sim.time_scale
-    ready_timeout_s: float | None = None
-    tp_size: int = 1  # GPUs per server (sglang --tp-size)
-    pruner: StagePrunerConfig | None = None  # None: the defaults of StagePrunerConfig
-    heartbeat_s: int = 10  # PostgreSQL / MySQL storages: heartbeat of running trials
-
-
-@dataclass
-class StudySummary:
-    study_name: str
-    storage_description: str  # where it lives, for display (no password)
-    storage: str | None  # what to pass to open_storage to reopen the study
-    study_dir: Path
-    counts: dict[str, int]
-    pareto: list[optuna.trial.FrozenTrial]
-    default_trial: optuna.trial.FrozenTrial | None
-    interrupted: bool = False
 
 
 def quiet_optuna() -> None:
@@ -86,135 +48,6 @@ def quiet_optuna() -> None:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-
-
-def make_sampler(name: str, space: SearchSpace, seed: int | None) -> optuna.samplers.BaseSampler:
-    if name == "tpe":
-        # multivariate is off by default for multi-objective TPE in Optuna 5.0; group=True lets
-        # it model conditional parameters (HiCache ratio only when HiCache is on, ...).
-        return optuna.samplers.TPESampler(
-            multivariate=True, group=True, seed=seed, n_startup_trials=8
-        )
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=12)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "grid":
-        return optuna.samplers.GridSampler(grid_search_space(space), seed=seed)
-    raise UserError(f"--sampler {name!r} is not one of {', '.join(SAMPLERS)}")
-
-
-def grid_search_space(space: SearchSpace, points: int = 4) -> dict[str, list[Any]]:
-    """The grid a sweep tool would enumerate: every choice, `points` values of each range."""
-    import numpy as np
-
-    grid: dict[str, list[Any]] = {}
-    for name, param in space.params.items():
-        if param.kind == "categorical":
-            grid[name] = list(param.choices or ())
-        elif param.kind in ("int", "float"):
-            low, high = float(param.low), float(param.high)  # type: ignore[arg-type]
-            values = (
-                np.geomspace(low, high, points) if param.log else np.linspace(low, high, points)
-            )
-            if param.kind == "int":
-                grid[name] = sorted({round(v) for v in values})
-            else:
-                step = float(param.step) if param.step else None
-                grid[name] = [
-                    round(round(v / step) * step, 6) if step else float(v) for v in values
-                ]
-    return grid
-
-
-def launch_target(space: SearchSpace, options: StudyOptions) -> LaunchTarget:
-    api_key = os.environ.get("SGLANG_API_KEY") or None
-    if options.engine == "sglang":
-        return LaunchTarget(
-            module=engine.LAUNCH_MODULE,
-            gpus=options.gpus,
-            api_key=api_key,
-            ready_timeout_s=options.ready_timeout_s or 1800.0,
-        )
-    if options.engine != "sim":
-        raise UserError(f"--engine {options.engine!r} is not one of {', '.join(ENGINES)}")
-    sim = dict(space.sim or {})
-    if options.time_scale is not None:
-        sim["time_scale"] = options.time_scale
-    # Behave exactly like the sglang release whose flag names the study uses.
-    sim.setdefault("sglang_version", space.engine_version)
-    extra = sim_args(sim)
-    return LaunchTarget(
-        module="tuner.sim",
-        extra_args=tuple(extra),
-        gpus=options.gpus,
-        api_key=api_key,
-        ready_timeout_s=options.ready_timeout_s or 60.0,
-    )
-
-
-def sim_args(sim: dict[str, Any]) -> list[str]:
-    """The space's `sim:` mapping as simulator options: {time_scale: 50} -> --sim-time-scale 50.
-
-    Every key becomes `--sim-<key>` (true = a bare switch, false / null = omitted), so fault
-    injection and any later simulator option need no change here.
-    """
-    args: list[str] = []
-    for key, value in sim.items():
-        if value is None or value is False:
-            continue
-        flag = "--sim-" + str(key).replace("_", "-")
-        args += [flag] if value is True else [flag, str(value)]
-    return args
-
-
-def memory_inputs(
-    space: SearchSpace, options: StudyOptions
-) -> tuple[ModelMemory | None, float | None]:
-    """The model's memory needs and the GPU's size, from whatever this host can tell."""
-    model = ModelMemory.from_model_path(space.model_path)
-    gpu_gb = options.gpu_memory_gb
-    if options.engine == "sim":
-        sim_model, sim_gpu = _sim_memory_inputs(space.sim or {})
-        model = model or sim_model
-        gpu_gb = gpu_gb or sim_gpu
-    elif gpu_gb is None:
-        gpu_gb = _nvml_gpu_memory_gb(options.gpus)
-    return model, gpu_gb
-
-
-def _sim_memory_inputs(sim: dict[str, Any]) -> tuple[ModelMemory, float]:
-    """What the simulated GPU and model are, read from the simulator's public profiles."""
-    from tuner.sim.profiles import load_hardware, load_model
-
-    hardware = load_hardware(sim.get("hardware"))
-    model = load_model(sim.get("model"))
-    ssm_dtype_bytes = 4  # sglang keeps the SSM state in float32 unless told otherwise
-    state = model.linear_attention_layers * (
-        model.mamba_conv_elements_per_layer * model.mamba_conv_dtype_bytes
-        + model.mamba_ssm_elements_per_layer * ssm_dtype_bytes
-    )
-    kv = model.full_attention_layers * 2 * model.num_kv_heads * model.head_dim * model.dtype_bytes
-    memory = ModelMemory(
-        weight_bytes=model.weight_bytes,
-        kv_bytes_per_token=float(kv),
-        state_bytes_per_request=float(state) if model.hybrid else 0.0,
-        draft_bytes=model.mtp.head_bytes if model.mtp else 0.0,
-    )
-    return memory, hardware.gpu_memory_gib * 2**30 / 1e9
-
-
-def _nvml_gpu_memory_gb(gpus: str | None) -> float | None:
-    try:
-        import pynvml  # type: ignore[import-not-found]
-
-        pynvml.nvmlInit()
-        index = int((gpus or "0").split(",")[0])
-        total = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).total
-        pynvml.nvmlShutdown()
-        return float(total) / 1e9
-    except Exception:
-        return None
 
 
 def _ensure_study_attrs(study: optuna.Study, space: SearchSpace, options: StudyOptions) -> None:
@@ -229,8 +62,8 @@ def _ensure_study_attrs(study: optuna.Study, space: SearchSpace, options: StudyO
         study.set_user_attr(
             record.STUDY_OBJECTIVES,
             [
-                {"metric": space.objectives.throughput, "direction": "maximize"},
-                {"metric": space.objectives.latency, "direction": "minimize"},
+                {"metric": space.objectives.throughput, "direction": MAXIMIZE},
+                {"metric": space.objectives.latency, "direction": MINIMIZE},
             ],
         )
         study.set_user_attr(
@@ -249,10 +82,14 @@ def queue_baseline_and_retries(study: optuna.Study) -> None:
     if not any(t.user_attrs.get(record.IS_DEFAULT) for t in trials):
         # sglang's defaults, no tuned flag: every result is compared with it.
         study.enqueue_trial({}, user_attrs={record.IS_DEFAULT: True})
-    retried = {t.user_attrs.get(RETRY_OF) for t in trials}
+    retried = {t.user_attrs.get(record.RETRY_OF) for t in trials}
     for t in trials:
-        if t.state == TrialState.FAIL and t.user_attrs.get(INTERRUPTED) and t.number not in retried:
-            attrs: dict[str, Any] = {RETRY_OF: t.number}
+        if (
+            t.state == TrialState.FAIL
+            and t.user_attrs.get(record.INTERRUPTED)
+            and t.number not in retried
+        ):
+            attrs: dict[str, Any] = {record.RETRY_OF: t.number}
             if t.user_attrs.get(record.IS_DEFAULT):
                 attrs[record.IS_DEFAULT] = True
             study.enqueue_trial(t.params, user_attrs=attrs, skip_if_exists=False)
@@ -272,7 +109,7 @@ def open_study(options: StudyOptions) -> tuple[optuna.Study, SearchSpace, str]:
     study = optuna.create_study(
         study_name=name,
         storage=storage,
-        directions=["maximize", "minimize"],
+        directions=[MAXIMIZE, MINIMIZE],
         load_if_exists=True,
     )
     seed = options.seed
@@ -290,7 +127,7 @@ def run_study(options: StudyOptions, on_event: EventHook | None = None) -> Study
     study_dir = options.studies_dir / name
     study_dir.mkdir(parents=True, exist_ok=True)
     model_memory, gpu_gb = memory_inputs(space, options) if options.feasibility else (None, None)
-    objective = Objective(
+    objective = TrialObjective(
         ObjectiveConfig(
             space=space,
             study_dir=study_dir,
@@ -340,7 +177,7 @@ def run_trials(
         trial = study.ask()
         if _over_budget(study, trial.number, total):
             # Another worker asked at the same moment; the later trial number steps back.
-            trial.set_user_attr(SURPLUS, True)
+            trial.set_user_attr(record.SURPLUS, True)
             study.tell(trial, state=TrialState.FAIL)
             continue
         _run_one(study, trial, objective)
@@ -371,12 +208,12 @@ def _run_one(
     except KeyboardInterrupt:
         heartbeat.join()
         # It measured nothing: FAIL, marked so that the next run queues it again.
-        trial.set_user_attr(INTERRUPTED, True)
+        trial.set_user_attr(record.INTERRUPTED, True)
         study.tell(trial, state=TrialState.FAIL)
         raise
     except Exception as exc:
         heartbeat.join()
-        trial.set_user_attr("error", f"{type(exc).__name__}: {exc}")
+        trial.set_user_attr(record.ERROR, f"{type(exc).__name__}: {exc}")
         study.tell(trial, state=TrialState.FAIL)
         _log.exception("trial %d raised; recorded as FAIL", trial.number)
     else:

@@ -27,9 +27,8 @@ from optuna.trial import TrialState
 
 from tuner.results.record import SERVER_PGID, WORKER
 from tuner.search.objective import EventHook
+from tuner.search.options import StudyOptions, StudySummary
 from tuner.search.study import (
-    StudyOptions,
-    StudySummary,
     finished_count,
     open_study,
     queue_baseline_and_retries,
