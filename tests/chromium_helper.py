@@ -20,12 +20,14 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None, reason="Debian's chromium is not installed (apt install chromium)"
-)
-
 
 def launch(playwright):
+    """Chromium under Playwright; fails (never skips) when Debian's chromium is missing."""
+    if CHROMIUM is None:
+        pytest.fail(
+            "Debian's chromium is not installed (apt install chromium); "
+            "deselect the browser tests with -m 'not browser'"
+        )
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 
 

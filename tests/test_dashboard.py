@@ -11,7 +11,7 @@ import time
 
 import optuna
 import pytest
-from chromium_helper import launch, needs_chromium
+from chromium_helper import launch
 from ctrl_c import sigint_as_in_a_terminal
 from fixture_studies import sqlite_study
 
@@ -56,7 +56,6 @@ def _read_url(proc: subprocess.Popen[str], deadline_s: float = 60.0) -> str:
 
 
 @pytest.mark.browser
-@needs_chromium
 def test_dashboard_shows_the_study_and_stops_cleanly_on_ctrl_c(tmp_path):
     from playwright.sync_api import sync_playwright
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import stat
@@ -27,10 +26,6 @@ from tuner.results.storage import open_storage
 from tuner.results.study_records import load_records
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-HAVE_ENGINE = importlib.util.find_spec("tuner.engines.sglang") is not None
-needs_engine = pytest.mark.skipif(
-    not HAVE_ENGINE, reason="tuner/engines/sglang.py (validate_server_args) is not there yet"
-)
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +200,6 @@ def test_sim_flags_and_runtime_flags_are_dropped():
     assert sglang_server_args(argv) == ["--model-path", "m", "--max-running-requests", "4"]
 
 
-@needs_engine
 def test_config_keeps_switch_pairs_on_the_command_line():
     from tuner.engines.sglang import load_snapshot
 
@@ -220,7 +214,6 @@ def test_config_keeps_switch_pairs_on_the_command_line():
     assert isinstance(config, ConfigFile)
 
 
-@needs_engine
 def test_every_exported_argv_is_valid_for_the_study_version(storage, tmp_path):
     """Every trial with server args, exported, parses with the committed 0.5.23 snapshot,
     both as the script's argv and as rebuilt from the YAML file."""
@@ -240,7 +233,6 @@ def test_every_exported_argv_is_valid_for_the_study_version(storage, tmp_path):
     assert exported == 15
 
 
-@needs_engine
 def test_an_argv_the_version_rejects_is_not_written(tmp_path):
     url = f"sqlite:///{tmp_path / 'old.db'}"
     study = build_study(url, "old", only=[0])

@@ -6,7 +6,6 @@ everything else (the tuned flags, host and port from the environment) is the scr
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import queue
 import signal
@@ -33,10 +32,6 @@ _PASSED_THROUGH = (
     "speculative-num-draft-tokens",
     "enable-hierarchical-cache",
     "hicache-ratio",
-)
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("tuner.sim.__main__") is None,
-    reason="the simulated server (python -m tuner.sim) is not there yet",
 )
 
 

@@ -86,7 +86,9 @@ def test_memory_estimate_skips_without_launching(tmp_path):
     space = small_space(tmp_path, fixed_flags={"mem_fraction_static": 0.50})
     params = yaml_params_without(space, "mem_fraction_static")
     run_study(_options(tmp_path, params, trials=2))
-    for t in _trials(tmp_path, "small"):
+    trials = _trials(tmp_path, "small")
+    assert len(trials) == 2
+    for t in trials:
         assert t.state == TrialState.PRUNED
         assert t.user_attrs[record.OUTCOME] == record.OUTCOME_SKIPPED
         assert t.user_attrs[record.PREDICTION]["model"] == "memory"

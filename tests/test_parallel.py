@@ -38,7 +38,10 @@ def postgres() -> Iterator[str]:
     """A throw-away PostgreSQL server on 127.0.0.1; its URL."""
     initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
     if not initdb or not pg_ctl:
-        pytest.skip("PostgreSQL server binaries not installed (Debian package postgresql)")
+        pytest.fail(
+            "PostgreSQL server binaries not installed (apt install postgresql); "
+            "deselect the PostgreSQL tests with -m 'not postgres'"
+        )
     # Not under pytest's tmp_path: as root that is private to root, and postgres runs as its
     # own user.
     root = Path(tempfile.mkdtemp(prefix="tuner-pg-"))

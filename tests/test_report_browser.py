@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import optuna
 import pytest
-from chromium_helper import launch, needs_chromium, png_size
+from chromium_helper import launch, png_size
 from fixture_studies import sqlite_study
 
 from tuner.results.report import write_report
 
-pytestmark = [pytest.mark.browser, needs_chromium]
+pytestmark = pytest.mark.browser
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 VIEWPORT = {"width": 1400, "height": 900}
 

@@ -110,14 +110,8 @@ def optimize(
     ),
 ) -> None:
     """Run (or resume) a study: sample launch flags, launch, benchmark, prune, record."""
-    from rich.console import Console
-
-    from tuner.progress import OptimizeDisplay
+    from tuner.optimize import run_optimize
     from tuner.search.options import StudyOptions
-    from tuner.search.space_load import default_space_path, load_space
-    from tuner.search.study import quiet_optuna, run_study
-    from tuner.search.workers import gpu_groups, run_parallel
-    from tuner.summary import print_summary
 
     options = StudyOptions(
         trials=trials,
@@ -137,32 +131,7 @@ def optimize(
         tp_size=tp_size,
         heartbeat_s=heartbeat,
     )
-    groups = gpu_groups(gpus, tp_size, workers)
-    quiet_optuna()
-    console = Console()
-    loaded_space = load_space(space or default_space_path())  # bad YAML: one line, exit 2
-    display = OptimizeDisplay(
-        console, trials, loaded_space.objectives.throughput, loaded_space.objectives.latency
-    )
-    with display:
-        if len(groups) > 1:
-            summary = run_parallel(options, groups, on_event=display)
-        else:
-            options.gpus = groups[0]
-            summary = run_study(options, on_event=display)
-    print_summary(console, summary, loaded_space)
-    if report and summary.counts.get("COMPLETE", 0):
-        from tuner.results.report import write_report
-        from tuner.results.storage import open_storage
-
-        path = write_report(
-            open_storage(summary.storage, summary.study_name, studies_dir),
-            summary.study_name,
-            studies_dir=studies_dir,
-        )
-        console.print(f"report: {path}")
-    if summary.interrupted:
-        console.print("interrupted: run the same command again to resume")
+    if run_optimize(options, space, workers=workers, report=report):
         raise typer.Exit(130)
 
 
@@ -388,7 +357,7 @@ def dashboard_command(
             "constraints). Ctrl-C stops."
         )
 
-    def stop(signum: int, frame: object) -> None:
+    def stop(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)  # `kill` stops as cleanly as Ctrl-C

@@ -273,7 +273,7 @@ def _wait_gpu_memory_released(gpus: str | None, timeout_s: float = 60.0) -> None
     if gpus is None:
         return
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         return
     try:

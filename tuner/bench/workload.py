@@ -341,8 +341,3 @@ def _parse_jsonl_line(path: Path, lineno: int, line: str, default_output_len: in
     if isinstance(output_len, bool) or not isinstance(output_len, int) or output_len < 1:
         raise UserError(f"{where}: 'output_len' must be an integer >= 1, got {output_len!r}")
     return Turn(user, output_len)
-
-
-def spec_keys(kind: str) -> tuple[str, ...]:
-    """The keys a workload of this kind accepts (for help texts and error messages)."""
-    return _COMMON_KEYS + _KIND_KEYS[kind]

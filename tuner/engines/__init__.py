@@ -1,0 +1,1 @@
+"""The inference engines the tuner launches: flags per version, start-up rules, log parsing."""

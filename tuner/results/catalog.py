@@ -1,5 +1,6 @@
-"""`tuner studies`: every study in studies/ (or in one storage), with its trial counts and
-best points, judged by the same feasibility rule as the report.
+"""`tuner studies`: every study with its trial counts and best points within the SLOs.
+
+It lists studies/ (or one storage) and judges feasibility by the same rule as the report.
 
 Example:
     >>> print(format_listing(list_studies(None)))  # doctest: +SKIP

@@ -77,9 +77,9 @@ def pareto_figure(
     unmeasured = [
         t for t in trials if t.number not in measured_numbers and t.category is not Category.RUNNING
     ]
-    latencies = [t.metric(lat) for t in measured]
-    lat_lo = min(latencies) if latencies else 0.0  # type: ignore[type-var]
-    lat_hi = max(latencies) if latencies else 1.0  # type: ignore[type-var]
+    latencies = [value for t in measured if (value := t.metric(lat)) is not None]
+    lat_lo = min(latencies) if latencies else 0.0
+    lat_hi = max(latencies) if latencies else 1.0
 
     for category, (name, colour, symbol) in STYLE.items():
         group = [t for t in measured if t.category is category and t.number not in front_set]

@@ -11,12 +11,12 @@ import operator
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from tuner.errors import UserError
 
-MAXIMIZE = "maximize"
-MINIMIZE = "minimize"
+MAXIMIZE: Final = "maximize"
+MINIMIZE: Final = "minimize"
 
 
 @dataclass(frozen=True)

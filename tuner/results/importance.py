@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import optuna
 from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
+from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
 from tuner.results import record
@@ -49,7 +50,7 @@ def objective_importances(
         verbosity = optuna.logging.get_verbosity()
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "study created" line per call
         try:
-            scratch = optuna.create_study(direction=objective.direction)
+            scratch = optuna.create_study(direction=StudyDirection[objective.direction.upper()])
         finally:
             optuna.logging.set_verbosity(verbosity)
         scratch.add_trials(

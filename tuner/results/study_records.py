@@ -130,7 +130,7 @@ class TrialRecord:
 
 def read_study_meta(study: optuna.Study) -> StudyMeta:
     attrs = study.user_attrs
-    raw = attrs.get(record.STUDY_OBJECTIVES)
+    raw: Any = attrs.get(record.STUDY_OBJECTIVES)
     objectives_given = bool(raw) and len(raw) == 2
     if objectives_given:
         objectives = (
@@ -270,11 +270,3 @@ def metric_label(metric: str) -> str:
     if match:
         return f"{match.group(1)} {_LATENCY_NAMES[match.group(2)]} (ms)"
     return metric
-
-
-def metric_unit(metric: str) -> str:
-    if metric.endswith("_ms"):
-        return "ms"
-    if metric.endswith("_throughput") and metric != "request_throughput":
-        return "tok/s"
-    return ""

@@ -1,5 +1,7 @@
-"""One sentence that answers "was tuning worth it?": the best configuration within the SLOs
-against sglang's defaults, in the study's own metrics. Pure: records in, text out.
+"""The verdict: one sentence that answers "was tuning worth it?" from a study's records.
+
+It sets the best configuration within the SLOs against sglang's defaults, in the study's own
+metrics. Pure: records in, text out.
 
 The comparison is made at equal or better latency, so that a throughput gain is never bought
 with a slower stream without saying so. Every case where that comparison cannot be made (no

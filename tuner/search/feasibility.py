@@ -47,7 +47,7 @@ class ModelMemory:
     @classmethod
     def from_hf_config(cls, config: Mapping[str, Any], dtype_bytes: int = 2) -> ModelMemory:
         """Derive the shape from a Hugging Face `config.json` (text config of VL models too)."""
-        cfg = dict(config.get("text_config", config))
+        cfg: dict[str, Any] = dict(config.get("text_config", config))
         layers = int(cfg["num_hidden_layers"])
         hidden = int(cfg["hidden_size"])
         ffn = int(cfg.get("intermediate_size", 4 * hidden))

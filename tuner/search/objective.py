@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import optuna
 from optuna.trial import TrialState
@@ -65,7 +65,8 @@ class TrialObjective:
 
     def _end_without_launch(
         self, trial: optuna.Trial, outcome: str, failure_class: str | None, message: str
-    ) -> None:
+    ) -> NoReturn:
+        """Record how the trial ended before any benchmark, and end it PRUNED (never FAIL)."""
         trial.set_user_attr(record.OUTCOME, outcome)
         trial.set_user_attr(record.FAILURE_CLASS, failure_class)
         trial.set_user_attr(record.FAILURE_MSG, message)

@@ -106,13 +106,15 @@ class ParamSpec(BaseModel):
     def suggest(self, trial: optuna.Trial, values: Mapping[str, object]) -> object:
         if self.kind == "categorical":
             return trial.suggest_categorical(self.name, list(self.choices or ()))
-        if self.kind == "int":
-            return trial.suggest_int(
-                self.name, int(self.low), int(self.high), step=int(self.step or 1), log=self.log
-            )
-        if self.kind == "float":
+        if self.kind in ("int", "float"):
+            low, high = self.low, self.high
+            assert low is not None and high is not None  # the loader gives a range both ends
+            if self.kind == "int":
+                return trial.suggest_int(
+                    self.name, int(low), int(high), step=int(self.step or 1), log=self.log
+                )
             value = trial.suggest_float(
-                self.name, float(self.low), float(self.high), step=self.step, log=self.log
+                self.name, float(low), float(high), step=self.step, log=self.log
             )
             # A stepped float comes back as 0.8300000000000001; sglang logs and the export
             # should show the number the user would have typed.

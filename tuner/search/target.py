@@ -94,7 +94,7 @@ def _sim_memory_inputs(sim: dict[str, Any]) -> tuple[ModelMemory, float]:
 
 def _nvml_gpu_memory_gb(gpus: str | None) -> float | None:
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
 
         pynvml.nvmlInit()
         index = int((gpus or "0").split(",")[0])

@@ -20,7 +20,6 @@ import yaml
 PROFILE_DIR = Path(__file__).parent / "profiles"
 DEFAULT_HARDWARE = "rtx-pro-6000-blackwell"
 DEFAULT_MODEL = "qwen3.6-27b"
-GIB = 1024**3
 
 
 class ProfileError(ValueError):
@@ -44,10 +43,6 @@ class HardwareProfile:
     per_request_overhead_ms: float
     spec_per_request_overhead_ms: float
     no_overlap_overhead_ms: float
-
-    @property
-    def gpu_memory_bytes(self) -> float:
-        return self.gpu_memory_gib * GIB
 
     @property
     def effective_bandwidth(self) -> float:

@@ -42,12 +42,6 @@ def count(text: str) -> int:
     return len(text.split())
 
 
-def output_token(position: int, seed: int) -> tuple[int, str]:
-    """The id and text (with its leading space) of the generated token at ``position``."""
-    index = (position * 7 + seed * 13) % len(_WORDS)
-    return _WORD_IDS[index], " " + _WORDS[index]
-
-
 def output_text(start: int, stop: int, seed: int) -> str:
     return "".join(" " + _WORDS[(p * 7 + seed * 13) % len(_WORDS)] for p in range(start, stop))
 

@@ -1,0 +1,49 @@
+"""`tuner optimize` end to end: the live display, the study on one or more workers, the summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from tuner.progress import OptimizeDisplay
+from tuner.results.report import write_report
+from tuner.results.storage import open_storage
+from tuner.search.options import StudyOptions
+from tuner.search.space_load import default_space_path, load_space
+from tuner.search.study import quiet_optuna, run_study
+from tuner.search.workers import gpu_groups, run_parallel
+from tuner.summary import print_summary
+
+
+def run_optimize(options: StudyOptions, space: Path | None, workers: int, report: bool) -> bool:
+    """Run (or resume) the study with a live display, print the summary, write the report.
+
+    Returns True when Ctrl-C interrupted the study (the caller exits with 130).
+    """
+    gpus, tp_size, studies_dir = options.gpus, options.tp_size, options.studies_dir
+    groups = gpu_groups(gpus, tp_size, workers)
+    quiet_optuna()
+    console = Console()
+    loaded_space = load_space(space or default_space_path())  # bad YAML: one line, exit 2
+    display = OptimizeDisplay(
+        console, options.trials, loaded_space.objectives.throughput, loaded_space.objectives.latency
+    )
+    with display:
+        if len(groups) > 1:
+            summary = run_parallel(options, groups, on_event=display)
+        else:
+            options.gpus = groups[0]
+            summary = run_study(options, on_event=display)
+    print_summary(console, summary, loaded_space)
+    if report and summary.counts.get("COMPLETE", 0):
+        path = write_report(
+            open_storage(summary.storage, summary.study_name, studies_dir),
+            summary.study_name,
+            studies_dir=studies_dir,
+        )
+        console.print(f"report: {path}")
+    if summary.interrupted:
+        console.print("interrupted: run the same command again to resume")
+        return True
+    return False

@@ -1,0 +1,60 @@
+"""Names vulture cannot see used: framework callbacks, record fields, and sim fields under rewrite.
+
+Read by `vulture` (configured in pyproject.toml); never imported.
+"""
+
+# Called by asyncio, httpx, http.server and argparse, not by our code.
+_.connection_made
+_.data_received
+_.eof_received
+_.connection_lost
+_.handle_async_request
+_.log_message
+daemon_threads
+option_string
+_.create_module
+_.__path__
+_.__class__
+__getitem__
+__iter__
+__len__
+__repr__
+
+# Fields of records and snapshots, read by people (JSON, reports) or kept for their shape.
+stages_run
+_.stages_run
+mean_tpot_ms
+action_class
+new_flag
+description
+activation_room_gb
+activation_need_gb
+
+# The simulator: parsed sglang flags it accepts and ignores, and fields, left to its rewrite.
+max_queued_requests
+stream_interval
+hicache_storage_backend
+log_level
+random_seed
+trust_remote_code
+skip_server_warmup
+attention_backend
+chat_template
+reasoning_parser
+tool_call_parser
+enable_torch_compile
+watchdog_timeout
+requested
+mem_fraction_auto
+gpu_total_gib
+rest_gib
+activation_gib
+intermediate_size
+NO_MATCH
+host_loaded
+arrival_s
+first_token_s
+finish_s
+_._timer
+TOKENS_PER_MESSAGE
+GENERATION_PROMPT_TOKENS
