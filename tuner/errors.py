@@ -1,4 +1,4 @@
-"""Errors a user can cause. The CLI prints them as one line and exits with code 2."""
+"""Errors a user can cause, which the CLI prints as one line before it exits with code 2."""
 
 
 class UserError(Exception):

@@ -24,7 +24,7 @@ from pydantic import (
     StrictStr,
 )
 
-from tuner.results.goals import Slo
+from tuner.results.goals import DEFAULT_OBJECTIVES, MAXIMIZE, MINIMIZE, Slo
 from tuner.search.derive import evaluate
 
 Scalar = StrictBool | StrictInt | StrictFloat | StrictStr | None
@@ -43,8 +43,8 @@ class Objectives(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    throughput: str = "output_throughput"
-    latency: str = "median_tpot_ms"
+    throughput: str = DEFAULT_OBJECTIVES[0].metric
+    latency: str = DEFAULT_OBJECTIVES[1].metric
 
     @property
     def metrics(self) -> list[str]:
@@ -52,7 +52,7 @@ class Objectives(BaseModel):
 
     @property
     def directions(self) -> list[str]:
-        return ["maximize", "minimize"]
+        return [MAXIMIZE, MINIMIZE]
 
 
 class BenchSettings(BaseModel):
