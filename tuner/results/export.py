@@ -34,6 +34,7 @@ from tuner.results.server_config import (
     sglang_server_args,
     validate_argv,
 )
+from tuner.results.storage import safe_file_stem
 from tuner.results.study_records import (
     StudyMeta,
     TrialRecord,
@@ -185,10 +186,6 @@ def _shell_args(tokens: Sequence[str]) -> str:
 # -- validation and writing (I/O) ----------------------------------------------------------
 
 
-def safe_file_stem(study_name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", study_name).strip("._") or "study"
-
-
 def export_trial(
     storage: BaseStorage,
     study_name: str,
@@ -234,8 +231,3 @@ def export_trial(
         validated_for=snapshot.version if snapshot is not None else None,
         warnings=tuple(warnings),
     )
-
-
-def launch_command(server_args: Sequence[str]) -> str:
-    """The one-line command a trial's configuration runs, for tables and logs."""
-    return shlex.join(["python3", "-m", LAUNCH_MODULE, *sglang_server_args(server_args)])

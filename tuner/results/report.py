@@ -25,12 +25,12 @@ import plotly.graph_objects as go
 from optuna.storages import BaseStorage
 
 from tuner import __version__
-from tuner.results.export import launch_command, safe_file_stem
 from tuner.results.figures import history_figure, importance_figure, parallel_figure, pareto_figure
 from tuner.results.goals import MAXIMIZE
 from tuner.results.importance import Importances, objective_importances
 from tuner.results.pareto import Point, hypervolume_history, knee_point, pareto_front
-from tuner.results.storage import DEFAULT_STUDIES_DIR, open_storage
+from tuner.results.server_config import launch_command
+from tuner.results.storage import DEFAULT_STUDIES_DIR, open_storage, safe_file_stem
 from tuner.results.study_records import (
     Category,
     StudyMeta,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.engines.sglang import load_snapshot, validate_server_args
+from tuner.engines.sglang import LAUNCH_MODULE, load_snapshot, validate_server_args
 from tuner.engines.snapshot import ParserSnapshot
 from tuner.errors import UserError
 
@@ -157,3 +157,8 @@ def validate_argv(argv: Sequence[str], version: str) -> None:
     """UserError when sglang `version` would reject `argv` (a complete launch command line):
     a script that sglang would refuse must not be written."""
     validate_server_args(list(argv), version)
+
+
+def launch_command(server_args: Sequence[str]) -> str:
+    """The one-line command a trial's configuration runs, for tables and logs."""
+    return shlex.join(["python3", "-m", LAUNCH_MODULE, *sglang_server_args(server_args)])

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -291,3 +292,7 @@ __all__ = [
     "storage_for_file",
     "study_files",
 ]
+
+
+def safe_file_stem(study_name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", study_name).strip("._") or "study"
