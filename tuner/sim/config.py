@@ -71,6 +71,13 @@ class SimConfig:
         return self.args.enable_hierarchical_cache
 
     @property
+    def max_running_requests_flag(self) -> int | None:
+        """--max-running-requests as sglang resolves it: 48 with speculation when unset."""
+        if self.args.max_running_requests is None and self.spec is not None:
+            return SPEC_DEFAULT_MAX_RUNNING
+        return self.args.max_running_requests
+
+    @property
     def sglang_version(self) -> str:
         return self.args.sglang_version
 

@@ -76,6 +76,8 @@ class ModelProfile:
     name: str
     description: str
     architecture: str
+    model_type: str  # the Hugging Face config's model_type, as /model_info reports it
+    image_understanding: bool  # a vision tower (vision_config in config.json)
     hybrid: bool
     num_layers: int
     full_attention_layers: int
@@ -281,6 +283,8 @@ def model_from_hf_config(model_dir: str | Path) -> ModelProfile:
         name=Path(model_dir).name,
         description=f"derived from {path.name} ({arch})",
         architecture=arch,
+        model_type=str(raw.get("model_type") or cfg.get("model_type") or "unknown"),
+        image_understanding=isinstance(raw.get("vision_config"), dict),
         hybrid=hybrid,
         num_layers=layers,
         full_attention_layers=full,
