@@ -199,6 +199,37 @@ def load_model(name_or_path: str | None = None) -> ModelProfile:
     return _model_from_dict(_read_yaml("model", source), source)
 
 
+def model_config_dir(name_or_path: str | None = None) -> Path | None:
+    """The directory of the Hugging Face ``config.json`` a model profile ships, if any: beside
+    ``<name>.yaml`` as ``<name>/config.json``."""
+    source = name_or_path or DEFAULT_MODEL
+    if source.endswith((".yaml", ".yml")):
+        directory = Path(source).with_suffix("")
+    else:
+        directory = PROFILE_DIR / "model" / source
+    return directory if (directory / "config.json").is_file() else None
+
+
+def describe(
+    hardware: str | None, model: str | None, model_path: str | None = None
+) -> dict[str, Any]:
+    """The simulated GPU and where its model's config.json is (``--sim-describe``)."""
+    hw = load_hardware(hardware)
+    if model:
+        config_dir = model_config_dir(model)
+        load_model(model)  # a bad name fails here, with the names that exist
+    elif model_path and (Path(model_path) / "config.json").is_file():
+        config_dir = Path(model_path).resolve()
+    else:
+        config_dir = model_config_dir(None)
+    return {
+        "gpu_memory_gb": hw.gpu_memory_gib * GIB / 1e9,
+        "runtime_overhead_gb": hw.runtime_overhead_gib * GIB / 1e9,
+        "host_ram_gb": hw.host_ram_gib * GIB / 1e9,
+        "model_config_dir": str(config_dir.resolve()) if config_dir else None,
+    }
+
+
 def model_from_hf_config(model_dir: str | Path) -> ModelProfile:
     """Derive a model profile from a Hugging Face config.json (bf16 weights assumed).
 
