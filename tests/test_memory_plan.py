@@ -1,5 +1,7 @@
-"""sglang's memory planning per release: the tuner's estimate and the simulator agree with the
-formulas worked by hand (docs/sglang-memory.md; fixtures in tests/data/sglang_memory_plans.json)."""
+"""sglang's memory planning per release: the tuner's estimate and the simulator agree with what
+sglang's own planning code decides (tests/data/sglang_real_plans.json, written by
+tools/dump_sglang_plans.py from the 0.5.23, 0.5.11 and 0.5.10 wheels) and with the 0.5.23 formula
+worked by hand (docs/sglang-memory.md)."""
 
 from __future__ import annotations
 
@@ -8,16 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from tuner.engines.memory_plan import mamba_slot_ratio, plan_pools, planner_for
+from tuner.engines.memory_plan import mamba_slot_ratio, plan_pools, planner_for, version_tuple
 from tuner.engines.model_config import ModelMemory, read_config
 from tuner.feasibility import GB, estimate_memory
 from tuner.sim.args import parse_args
 from tuner.sim.config import resolve
+from tuner.sim.failures import StartupFailure
 from tuner.sim.memory import plan_memory
 from tuner.sim.profiles import PROFILE_DIR, load_hardware
 
 GIB = 2**30
-FIXTURES = json.loads((Path(__file__).parent / "data" / "sglang_memory_plans.json").read_text())
+REAL = json.loads((Path(__file__).parent / "data" / "sglang_real_plans.json").read_text())
+REAL_CASES = [(version, case) for version, cases in REAL["releases"].items() for case in cases]
 SEED_MODEL = ModelMemory.from_hf_config(read_config(PROFILE_DIR / "model" / "qwen3.6-27b"))
 SEED_GPU = load_hardware("rtx-pro-6000-blackwell")
 
@@ -82,17 +86,35 @@ def test_seed_nextn_cap_in_0_5_23_worked_by_hand():
     assert tuner_estimate(old, "0.5.10").max_running_requests == 4
 
 
-@pytest.mark.parametrize("case", FIXTURES["cases"], ids=lambda c: f"{c['sglang']} {c['name']}")
-def test_simulator_and_tuner_estimate_follow_the_hand_computed_plans(case):
-    sim = plan_memory(resolve(parse_args(case["argv"])))
-    assert sim.mamba_slots == case["mamba_slots"]
-    assert sim.max_running_requests == case["max_running_requests"]
-    assert sim.spec_reserve_gib * GIB == pytest.approx(case["spec_reserve_bytes"], abs=1)
-    estimate = tuner_estimate(case["argv"], case["sglang"])
+@pytest.mark.parametrize(
+    ("version", "case"), REAL_CASES, ids=[f"{v} {c['name']}" for v, c in REAL_CASES]
+)
+def test_simulator_and_tuner_estimate_decide_as_sglang_does(version, case):
+    if version_tuple(version) >= (0, 5, 23):
+        argv = [*case["argv"], "--mamba-radix-cache-strategy", "extra_buffer"]
+    else:
+        argv = ["--sim-sglang-version", version, *case["argv"]]
+        argv += ["--mamba-scheduler-strategy", "extra_buffer"]
+    estimate = tuner_estimate(argv, version)
+    if case.get("error") or case["mamba_slots"] <= 0 or case["max_running_requests"] <= 0:
+        with pytest.raises(StartupFailure) as failure:
+            plan_memory(resolve(parse_args(argv)))
+        assert failure.value.kind == "not_enough_memory"
+        assert not estimate.fits and estimate.failure_class == "not_enough_memory"
+        return
+    sim = plan_memory(resolve(parse_args(argv)))
+    # the simulator's rest after the weights is the one sglang was given
+    assert sim.rest_gib == pytest.approx(case["rest_gib"], abs=1e-6)
+    assert (sim.mamba_slots, sim.max_running_requests) == (
+        case["mamba_slots"],
+        case["max_running_requests"],
+    )
+    assert sim.mamba_slot_ratio == case["slot_ratio"]
+    assert sim.spec_reserve_gib * GIB == pytest.approx(case["spec_reserve_bytes"], abs=2)
+    assert estimate.fits
     assert estimate.state_slots == case["mamba_slots"]
     assert estimate.max_running_requests == case["max_running_requests"]
-    # the tuner and the simulator size the same KV pool
-    assert estimate.kv_tokens == sim.max_total_num_tokens
+    assert estimate.kv_tokens == sim.max_total_num_tokens  # and they size the same KV pool
 
 
 def test_planner_per_release():
