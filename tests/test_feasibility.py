@@ -24,7 +24,7 @@ QWEN_LIKE = {
 
 def test_hf_config_gives_kv_per_token_of_full_attention_layers_only():
     model = ModelMemory.from_hf_config(QWEN_LIKE)
-    # 16 full-attention layers x 2 (K and V) x 4 KV heads x 256 x 2 bytes = 64 KiB (SGLANG.md)
+    # 16 full-attention layers x 2 (K and V) x 4 KV heads x 256 x 2 bytes = 64 KiB
     assert model.kv_bytes_per_token == 16 * 2 * 4 * 256 * 2
     assert model.hybrid
     assert 40e9 < model.weight_bytes < 70e9

@@ -1,4 +1,4 @@
-"""Every row of the seed table (SGLANG.md), served over HTTP by the default profiles, within 10%.
+"""Every seed row (docs/sglang-memory.md), served over HTTP by the default profiles, within 10%.
 
 Measured with a streaming httpx client as sglang's benchmark defines the figures: per-request
 speed = 1 / TPOT, total throughput = output tokens / duration; wall time x sim_time_scale.

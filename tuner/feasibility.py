@@ -54,7 +54,7 @@ class MemoryEstimate:
 def _derived_mem_fraction(
     gpu_bytes: float, chunked_prefill: int, graph_bs: int, spec: bool
 ) -> float:
-    # sglang's rule when --mem-fraction-static is unset (SGLANG.md).
+    # sglang's rule when --mem-fraction-static is unset (docs/sglang-memory.md).
     reserved = 512 * MB + 1.5 * MB * max(chunked_prefill, 2048) + 2 * MB * graph_bs
     if gpu_bytes > 60 * GB:
         reserved = max(reserved, 10 * GB)

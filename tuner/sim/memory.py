@@ -1,15 +1,18 @@
 """The start-up memory plan: weights, Mamba state pool, KV pool, activations, HiCache host pool.
 
 A pure function of the resolved configuration, shared by the server (which prints it and serves
-within it) and the oracle (which predicts from it). It follows sglang's sizing (SGLANG.md):
+within it) and the oracle (which predicts from it). It follows sglang's sizing, per release
+(docs/sglang-memory.md has the rules with the sglang file and line of each):
 
 - the static pool is ``mem_fraction_static`` of the GPU; what is left of it after the weights
   (and the draft head) is the "rest" for state and KV pools;
-- on hybrid models, with speculative decoding, an intermediate-state reserve of
-  (state bytes per request) x max_running_requests x draft tokens is taken out first
+- hybrid models, as 0.5.10 / 0.5.11: with speculative decoding an intermediate-state reserve of
+  (state bytes per request) x max_running_requests x draft tokens comes off first
   (max_running_requests is 48 when unset); the remainder is split between recurrent-state slots
   and the KV pool by ``--mamba-full-memory-ratio`` (state : KV), unless
   ``--max-mamba-cache-size`` fixes the slot count;
+- hybrid models, as 0.5.23: the slots and the reserve are solved jointly inside the state
+  share, the reserve covering min(max_running_requests, slots // ratio) + 1 requests;
 - ``max_running_requests`` <= slots // ratio (3, +2 with extra_buffer and overlap, +1 without
   overlap; 1 with the radix cache disabled);
 - what is outside the static pool must hold the CUDA graphs and the activations, else sglang dies

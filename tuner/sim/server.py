@@ -1,11 +1,11 @@
 """The HTTP server: sglang's endpoints over aiohttp, backed by the simulated scheduler.
 
-Endpoints (as sglang): /health, /health_generate, /server_info (+ /get_server_info),
-/model_info (+ /get_model_info), /v1/models, /flush_cache, /generate (native, streaming with
-cumulative text and meta_info), /v1/completions, /v1/chat/completions (SSE,
-stream_options.include_usage), /metrics (with --enable-metrics). Simulator-only: /sim/requests
-(GET; POST /sim/requests/clear or DELETE to empty it). ``--api-key`` is enforced like sglang:
-``Authorization: Bearer KEY`` on every route but /health* and /metrics.
+Endpoints (as sglang): /health, /health_generate, /ready (0.5.23), /server_info
+(+ /get_server_info), /model_info (+ /get_model_info), /v1/models, /flush_cache, /generate
+(native, streaming with cumulative text and meta_info), /v1/completions, /v1/chat/completions
+(SSE, stream_options.include_usage), /metrics (with --enable-metrics). Simulator-only:
+/sim/requests (GET; POST /sim/requests/clear or DELETE to empty it). ``--api-key`` is enforced
+like sglang: ``Authorization: Bearer KEY`` on every route but /health*, /ready and /metrics.
 """
 
 from __future__ import annotations
