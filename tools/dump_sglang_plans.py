@@ -16,10 +16,10 @@ The memory left after the weights ("rest") is an input here; tests/test_memory_p
 it for the simulator's seed hardware and holds the tuner's estimate and the simulator to the
 recorded slots, reserve and running cap.
 
-    pip download --no-deps sglang==0.5.23 sglang==0.5.10 -d /tmp/sglang-wheels
+    for v in 0.5.23 0.5.11 0.5.10; do pip download --no-deps sglang==$v -d /tmp/sglang-wheels; done
     pip install --target /tmp/sglang-deps msgspec      # 0.5.2x declares its args with msgspec
     PYTHONPATH=/tmp/sglang-deps .venv/bin/python tools/dump_sglang_plans.py \\
-        /tmp/sglang-wheels/sglang-0.5.23-*.whl /tmp/sglang-wheels/sglang-0.5.10-*.whl
+        /tmp/sglang-wheels/sglang-0.5.23-*.whl /tmp/sglang-wheels/sglang-0.5.1[01]-*.whl
 
 Each wheel runs in its own child process (two sglang versions cannot share one interpreter).
 """
