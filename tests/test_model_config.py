@@ -43,6 +43,7 @@ def test_each_simulated_model_ships_a_config_json_that_agrees_with_its_profile(n
     assert config["model_type"] == profile.model_type
     # the simulator's own reading of the same file gives the same shape
     derived = model_from_hf_config(directory)
+    assert derived.weight_bytes == pytest.approx(memory.weight_bytes, rel=1e-3)
     for field in ("full_attention_layers", "linear_attention_layers", "num_kv_heads", "head_dim"):
         assert getattr(derived, field) == getattr(profile, field), field
 

@@ -230,6 +230,29 @@ def describe(
     }
 
 
+def _vision_tower_params(vision: Any) -> int:
+    """Parameters of a Qwen-VL style vision tower (patch embedding, position table, blocks,
+    patch merger), which a ConditionalGeneration checkpoint loads with the language model."""
+    if not isinstance(vision, dict) or "hidden_size" not in vision:
+        return 0
+    width = int(vision["hidden_size"])
+    mlp = int(vision.get("intermediate_size") or 4 * width)
+    blocks = int(vision.get("depth") or vision.get("num_hidden_layers") or 0)
+    merge = int(vision.get("spatial_merge_size", 1))
+    merged = width * merge * merge
+    out = int(vision.get("out_hidden_size") or width)
+    # qkv + proj with biases, the MLP up / down with biases, two layer norms
+    per_block = 4 * width * width + 4 * width + 2 * width * mlp + width + mlp + 4 * width
+    merger = merged * merged + merged + merged * out + out + 2 * width
+    patch = int(vision.get("patch_size", 14))
+    patch_embed = (
+        int(vision.get("in_channels", 3)) * int(vision.get("temporal_patch_size", 1)) * patch**2 + 1
+    ) * width
+    positions = int(vision.get("num_position_embeddings") or 0) * width
+    mergers = 1 + len(vision.get("deepstack_visual_indexes") or [])
+    return patch_embed + positions + blocks * per_block + mergers * merger
+
+
 def model_from_hf_config(model_dir: str | Path) -> ModelProfile:
     """Derive a model profile from a Hugging Face config.json (bf16 weights assumed).
 
@@ -278,6 +301,8 @@ def model_from_hf_config(model_dir: str | Path) -> ModelProfile:
         conv_elems = (2 * key_dim + value_dim) * (kernel - 1)
         ssm_elems = v_heads * dk * dv
         linear_params = hidden * (2 * key_dim + 2 * value_dim) + value_dim * hidden
+        # the b / a gate projections and the depthwise conv weights
+        linear_params += hidden * 2 * v_heads + (2 * key_dim + value_dim) * kernel
 
     experts = int(cfg.get("num_experts", 0) or 0)
     moe_ffn = int(cfg.get("moe_intermediate_size", ffn) or ffn)
@@ -296,8 +321,9 @@ def model_from_hf_config(model_dir: str | Path) -> ModelProfile:
     total = (
         full * attn_params
         + linear * linear_params
-        + layers * mlp_total
+        + layers * (mlp_total + 2 * hidden)
         + embed * (1 if tied else 2)
+        + _vision_tower_params(raw.get("vision_config"))
     )
     active = full * attn_params + linear * linear_params + layers * mlp_active + embed
     mtp_layers = int(cfg.get("num_nextn_predict_layers", cfg.get("mtp_num_hidden_layers", 0)) or 0)
