@@ -58,3 +58,14 @@ finish_s
 _._timer
 TOKENS_PER_MESSAGE
 GENERATION_PROMPT_TOKENS
+
+# sglang's planning module patched by tools/dump_sglang_plans.py: sglang calls these.
+_.override
+_.get_schedule
+_.get_spec
+_.get_exec
+_.get_memory
+_._pd_prefill_skips_mamba_spec_state
+# PoolPlan fields, kept for the fixtures and for people reading a plan.
+state_pool_bytes
+kv_pool_bytes

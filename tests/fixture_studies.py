@@ -3,8 +3,8 @@
 The studies follow tuner/results/record.py exactly, as `tuner optimize` writes them, so the
 readers are tested without the optimizer: 16 trials covering every outcome (default, feasible,
 SLO-violating, both COMPLETE and PRUNED, stage-pruned, launch failure, invalid, skipped, died
-during the benchmark, and a tuner FAIL). The numbers follow the Qwen3.6-27B seed scenario: MTP
-raises per-request speed, HiCache lets it run at higher concurrency.
+during the benchmark, and a tuner FAIL). The numbers follow the Qwen3.6-27B scenario of
+docs/sglang-memory.md: MTP raises per-request speed, HiCache lets it run at higher concurrency.
 
 Known answers, for objectives (output_throughput max, median_tpot_ms min) and the SLO
 p99_ttft_ms <= 2000:

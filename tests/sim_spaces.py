@@ -17,6 +17,15 @@ SEED_NEXTN = [
     "--mamba-radix-cache-strategy", "extra_buffer",
 ]  # fmt: skip
 
+# The same run as the seed host launched it: the pre-rename flag, so an sglang older than 0.5.23
+# and its memory planner (the one the seed figures come from).
+SEED_VERSION = "0.5.10"
+SEED_NEXTN_OLD = [
+    "--sim-sglang-version", SEED_VERSION,
+    *SEED_NEXTN[:-2],
+    "--mamba-scheduler-strategy", "extra_buffer",
+]  # fmt: skip
+
 
 def small_space(tmp_path: Path, name: str = "small", **overrides: object) -> Path:
     """The seed space with a short workload and a fast simulator, written to tmp_path."""

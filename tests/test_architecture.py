@@ -17,10 +17,6 @@ MAX_LINES = 400
 # What a trial runs. The readers of a study (tuner.results) read the storage only.
 TRIAL_PATH = ("tuner.search", "tuner.launcher", "tuner.bench", "tuner.optimize", "tuner.cli")
 
-# Imports of the simulator from outside it that are known and not yet removed: the study reads
-# the simulated GPU's and model's sizes from the simulator's profiles for the memory estimate.
-SIM_IMPORTS_PENDING = {("tuner.search.target", "tuner.sim.profiles")}
-
 
 def _module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
@@ -68,7 +64,6 @@ def test_nothing_outside_the_simulator_imports_it():
         if not _within(module, "tuner.sim")
         for name in _imports(path)
         if _within(name, "tuner.sim")
-        and not any(module == m and _within(name, sim) for m, sim in SIM_IMPORTS_PENDING)
     )
     assert not wrong, f"the simulator is reached through argv, HTTP and logs only: {wrong}"
 

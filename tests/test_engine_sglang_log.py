@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tuner.engines._sglang_log import _clip
 from tuner.engines.sglang import READY_LINE, classify_failure, parse_capacity
 from tuner.results.record import FAILURE_CLASSES
 
@@ -245,3 +246,83 @@ def test_classify_failure_keeps_the_message_short():
     failure_class, message = classify_failure(log, 1)
     assert failure_class == "startup_rule"
     assert len(message) <= 300 and message.endswith("...")
+
+
+# Every start-up failure of sglang 0.5.10 and 0.5.23 that ends a launch in memory planning or
+# graph capture, as its last traceback line, with where sglang raises it (srt/ paths).
+STARTUP_FAILURES = [
+    # (sglang file, the line sglang prints, class)
+    (
+        "0.5.10 model_executor/model_runner_kv_cache_mixin.py; "
+        "0.5.23 model_executor/pool_configurator.py",
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+        "not_enough_memory",
+    ),
+    (
+        "0.5.23 mem_cache/kv_cache_configurator.py (_profile_available_bytes)",
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+        "--mem-fraction-static=0.5. Raise --mem-fraction-static above 0.601 (minimum viable = "
+        "1 - available/pre = 0.6005). If using speculative decoding, draft weights are now "
+        "counted.",
+        "not_enough_memory",
+    ),
+    (
+        "0.5.23 mem_cache/kv_cache_configurator.py (resolve_max_num_reqs)",
+        "RuntimeError: Hybrid (mamba/linear-attention) state cache is too small to serve any "
+        "requests. max_mamba_cache_size=4, mamba_ratio=5, resulting max_num_reqs=0. Try: (1) "
+        "reduce --max-running-requests, (2) increase --mem-fraction-static, or (3) use GPUs "
+        "with more memory.",
+        "not_enough_memory",
+    ),
+    (
+        "0.5.23 mem_cache/kv_cache_configurator.py (_handle_max_mamba_cache)",
+        "RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state cache. "
+        "Computed max_mamba_cache_size=-3 (total_rest_memory=1.20 GB, mamba_cache_per_req="
+        "146.81 MB). Try: (1) reduce --max-running-requests, (2) increase "
+        "--mem-fraction-static, (3) reduce --speculative-num-draft-tokens, or (4) use GPUs with "
+        "more memory.",
+        "not_enough_memory",
+    ),
+    (
+        "0.5.10 model_executor/cuda_graph_runner.py; 0.5.23 model_executor/runner/"
+        "decode_cuda_graph_runner.py and speculative/eagle_draft*_cuda_graph_runner.py",
+        "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        "cuda_graph",
+    ),
+    (
+        "0.5.23 model_executor/runner/prefill_cuda_graph_runner.py",
+        "Exception: Capture prefill CUDA graph failed: CUDA out of memory. Tried to allocate "
+        "1.00 GiB.",
+        "cuda_graph",
+    ),
+    (
+        "0.5.23 speculative/frozen_kv_mtp_cuda_graph_runner.py",
+        "Exception: Capture frozen-KV MTP cuda graph failed: CUDA out of memory. Tried to "
+        "allocate 512.00 MiB.",
+        "cuda_graph",
+    ),
+    (
+        "0.5.10 and 0.5.23 model_executor/cpu_graph_runner.py",
+        "Exception: Capture CPU graph failed: out of memory",
+        "cuda_graph",
+    ),
+    (
+        "torch, raised anywhere during start-up (both releases)",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a "
+        "total capacity of 94.97 GiB of which 512.00 MiB is free.",
+        "out_of_memory",
+    ),
+]
+
+
+@pytest.mark.parametrize(("where", "line", "expected"), STARTUP_FAILURES)
+def test_every_startup_memory_failure_of_0_5_10_and_0_5_23_is_classified(where, line, expected):
+    log = (
+        "[2026-01-01 00:00:00 TP0] Load weight end. elapsed=40.1 s, avail mem=43.0 GB\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x/sglang/srt/managers/scheduler.py", line 3000, in run_scheduler_process\n'
+        f"{line}\n"
+    )
+    failure_class, message = classify_failure(log, 1)
+    assert failure_class == expected, where
+    assert message == _clip(line.removeprefix("torch."))

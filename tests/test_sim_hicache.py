@@ -56,7 +56,11 @@ def test_hicache_serves_reused_prefixes_the_gpu_pool_lost(shared_runs):
 
 def test_hicache_does_not_raise_the_running_cap(shared_runs):
     (_, plain_info, _), (_, hi_info, _) = shared_runs
-    assert hi_info["max_running_requests"] == plain_info["max_running_requests"]
+
+    def cap(info):
+        return info["internal_states"][0]["effective_max_running_requests_per_dp"]
+
+    assert cap(hi_info) == cap(plain_info)
     assert hi_info["max_total_num_tokens"] == plain_info["max_total_num_tokens"]
     assert hi_info["sim_memory_plan"]["hicache_host_tokens"] == 4 * 40000
 

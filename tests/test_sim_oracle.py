@@ -102,7 +102,8 @@ def test_served_agrees_with_oracle(server_args, workload, requests, scale, ttft)
         served = measure(sim.url, workload, requests)
         info = httpx.get(sim.url + "/server_info").json()
         records = httpx.get(sim.url + "/sim/requests").json()["requests"]
-    assert info["max_running_requests"] == expected.max_running_requests
+    effective = info["internal_states"][0]["effective_max_running_requests_per_dp"]
+    assert effective == expected.max_running_requests
     assert info["max_total_num_tokens"] == expected.max_total_num_tokens
     if workload.request_rate is None:  # a short Poisson run does not hit its nominal rate
         assert served.output_throughput == pytest.approx(expected.output_throughput, rel=0.10)

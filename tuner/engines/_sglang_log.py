@@ -77,8 +77,18 @@ _ARGPARSE_ERROR = re.compile(r"^\S[^\n:]*: error: (.+)$", re.MULTILINE)
 _EXCEPTION = re.compile(
     r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit)|Exception)(?::\s*(.*))?$"
 )
-_NOT_ENOUGH_MEMORY = "Not enough memory. Please try to increase --mem-fraction-static."
-_CUDA_GRAPH = re.compile(r"Capture (?:\w+ )?cuda graph failed", re.IGNORECASE)
+# The memory planner's refusals, as (text, where sglang raises it). 0.5.10 and 0.5.23 both say the
+# first (model_runner_kv_cache_mixin.py in 0.5.10, model_executor/pool_configurator.py in 0.5.23);
+# the others are 0.5.23's (mem_cache/kv_cache_configurator.py).
+_NOT_ENOUGH_MEMORY = (
+    "Not enough memory. Please try to increase",
+    "Loaded weights leave no GPU memory for the KV cache",
+    "state cache is too small to serve any requests",
+    "Not enough GPU memory for hybrid (mamba/linear-attention) state cache",
+)
+# Graph capture: "Capture cuda graph failed" (decode and draft runners), "Capture prefill CUDA
+# graph failed", "Capture frozen-KV MTP cuda graph failed" (0.5.23), "Capture CPU graph failed".
+_CUDA_GRAPH = re.compile(r"Capture (?:[\w-]+ ){1,3}graph failed", re.IGNORECASE)
 _OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory")
 # A rejected combination raises from sglang's argument checks (these files), which run before a
 # single weight is loaded.
@@ -97,9 +107,9 @@ def classify_failure(log_text: str, exit_code: int | None) -> tuple[str, str]:
     argparse_error = _ARGPARSE_ERROR.search(log_text)
     if argparse_error is not None and (exit_code in (2, None) or "usage:" in log_text):
         return "bad_argument", f"sglang rejected an argument: {argparse_error.group(1).strip()}"
-    if _NOT_ENOUGH_MEMORY in log_text or "Not enough memory. Please try to increase" in log_text:
-        line = _line_with(lines, "Not enough memory")
-        return "not_enough_memory", _clip(_strip_exception_prefix(line))
+    memory = next((text for text in _NOT_ENOUGH_MEMORY if text in log_text), None)
+    if memory is not None:
+        return "not_enough_memory", _clip(_strip_exception_prefix(_line_with(lines, memory)))
     if (graph := _line_matching(lines, _CUDA_GRAPH)) is not None:
         return "cuda_graph", _clip(_strip_exception_prefix(graph))
     if (oom := _line_matching(lines, _OUT_OF_MEMORY)) is not None:

@@ -3,7 +3,7 @@
 A launch that cannot fit costs minutes of GPU time (weights load before sglang finds out), so two
 checks run before any launch:
 
-1. `estimate_memory`: sglang's own sizing rules (docs/design.md) applied to the model's shape
+1. `estimate_memory`: sglang's own sizing rules (docs/sglang-memory.md) applied to the model's shape
    and the GPU's memory. It rejects only what clearly cannot fit (no KV tokens left, or far too
    little room for activations); borderline cases are left to the launch and to the model below.
 2. `CrashModel`: a scikit-learn classifier trained on this study's launch outcomes. It skips a
@@ -11,84 +11,31 @@ checks run before any launch:
    own errors: a crash it failed to predict lowers the threshold, and a deliberate probe of a
    predicted crash that then launched fine raises it.
 
-    memory = estimate_memory(flags, ModelMemory.from_hf_config(cfg), gpu_memory_gb=96)
+    memory = estimate_memory(flags, ModelMemory.from_hf_config(cfg), gpu_memory_gb=96,
+                             version="0.5.23")
     if not memory.fits: ...
 """
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tuner.engines.memory_plan import mamba_slot_ratio, plan_pools
+from tuner.engines.model_config import ModelMemory
+
+__all__ = ["CrashModel", "LaunchObservation", "MemoryEstimate", "ModelMemory", "estimate_memory"]
+
 GB = 1e9
 MB = 1e6
-
-
-@dataclass(frozen=True)
-class ModelMemory:
-    """What a model needs on the GPU, in bytes."""
-
-    weight_bytes: float
-    kv_bytes_per_token: float  # full-attention layers only
-    state_bytes_per_request: float = 0.0  # Mamba / linear-attention recurrent state; 0 if none
-    draft_bytes: float = 0.0  # MTP / draft head weights
-
-    @property
-    def hybrid(self) -> bool:
-        return self.state_bytes_per_request > 0
-
-    @classmethod
-    def from_hf_config(cls, config: Mapping[str, Any], dtype_bytes: int = 2) -> ModelMemory:
-        """Derive the shape from a Hugging Face `config.json` (text config of VL models too)."""
-        cfg: dict[str, Any] = dict(config.get("text_config", config))
-        layers = int(cfg["num_hidden_layers"])
-        hidden = int(cfg["hidden_size"])
-        ffn = int(cfg.get("intermediate_size", 4 * hidden))
-        vocab = int(cfg.get("vocab_size", 32000))
-        heads = int(cfg.get("num_attention_heads", 1))
-        kv_heads = int(cfg.get("num_key_value_heads", heads))
-        head_dim = int(cfg.get("head_dim", hidden // max(heads, 1)))
-        full_layers = layers
-        linear_layers = 0
-        layer_types = cfg.get("layer_types")
-        if isinstance(layer_types, list) and layer_types:
-            full_layers = sum(1 for t in layer_types if "full" in str(t))
-            linear_layers = len(layer_types) - full_layers
-        elif "full_attention_interval" in cfg:
-            full_layers = layers // int(cfg["full_attention_interval"])
-            linear_layers = layers - full_layers
-        attn = hidden * head_dim * (heads * 2 + kv_heads * 2)
-        per_layer = attn + 3 * hidden * ffn
-        tied = bool(cfg.get("tie_word_embeddings", False))
-        params = layers * per_layer + vocab * hidden * (1 if tied else 2)
-        kv = full_layers * 2 * kv_heads * head_dim * dtype_bytes
-        state = 0.0
-        if linear_layers:
-            k_heads = int(cfg.get("linear_num_key_heads", 16))
-            v_heads = int(cfg.get("linear_num_value_heads", 32))
-            k_dim = int(cfg.get("linear_key_head_dim", 128))
-            v_dim = int(cfg.get("linear_value_head_dim", 128))
-            kernel = int(cfg.get("linear_conv_kernel_dim", 4))
-            conv = (2 * k_heads * k_dim + v_heads * v_dim) * (kernel - 1) * dtype_bytes
-            ssm = v_heads * k_dim * v_dim * 4  # float32 SSM state by default
-            state = float(linear_layers * (conv + ssm))
-        mtp_layers = int(cfg.get("num_nextn_predict_layers", cfg.get("mtp_num_hidden_layers", 0)))
-        draft = float(mtp_layers * per_layer * dtype_bytes)
-        return cls(float(params * dtype_bytes), float(kv), state, draft)
-
-    @classmethod
-    def from_model_path(cls, model_path: str | Path) -> ModelMemory | None:
-        path = Path(model_path) / "config.json"
-        if not path.is_file():
-            return None
-        return cls.from_hf_config(json.loads(path.read_text()))
+# Memory already in use outside the static pool when sglang measures it (CUDA context, library
+# workspaces): an assumption, since only a launch can measure it.
+RUNTIME_OVERHEAD_GB = 1.0 * 2**30 / GB
 
 
 @dataclass(frozen=True)
@@ -101,12 +48,13 @@ class MemoryEstimate:
     state_slots: int
     activation_room_gb: float
     activation_need_gb: float
+    max_running_requests: int = 0  # the cap sglang would settle on (0 when it would not start)
 
 
 def _derived_mem_fraction(
     gpu_bytes: float, chunked_prefill: int, graph_bs: int, spec: bool
 ) -> float:
-    # sglang's rule when --mem-fraction-static is unset (docs/design.md).
+    # sglang's rule when --mem-fraction-static is unset (docs/sglang-memory.md).
     reserved = 512 * MB + 1.5 * MB * max(chunked_prefill, 2048) + 2 * MB * graph_bs
     if gpu_bytes > 60 * GB:
         reserved = max(reserved, 10 * GB)
@@ -121,6 +69,8 @@ def estimate_memory(
     gpu_memory_gb: float,
     *,
     activation_safety: float = 0.25,
+    version: str = "0.5.23",
+    runtime_overhead_gb: float = RUNTIME_OVERHEAD_GB,
 ) -> MemoryEstimate:
     """Pure estimate of whether `flags` can start; rejects only clear failures.
 
@@ -142,46 +92,34 @@ def estimate_memory(
     )
     need = (512 * MB + 1.5 * MB * max(chunked, 2048) + 2 * MB * graph_bs) * activation_safety
     room = gpu * (1.0 - mfs)
-    pools = gpu * mfs - model.weight_bytes - (model.draft_bytes if spec else 0.0)
-    slots = 0
-    kv_bytes = pools
-    spec_reserve = 0.0
-    if model.hybrid and pools > 0:
-        draft_tokens = int(flags.get("speculative_num_draft_tokens") or (4 if spec else 1))
-        # Unset, sglang picks the running cap itself; assume the smallest reserve so that only
-        # configurations that cannot fit even then are rejected.
-        running = flags.get("max_running_requests") or 1
-        if spec:
-            spec_reserve = model.state_bytes_per_request * float(running) * draft_tokens
-            pools -= spec_reserve
-        ratio = float(flags.get("mamba_full_memory_ratio") or 0.9)
-        max_slots = flags.get("max_mamba_cache_size")
-        if max_slots:
-            slots = int(max_slots)
-            kv_bytes = pools - slots * model.state_bytes_per_request
-        else:
-            state_bytes = pools * ratio / (1.0 + ratio)
-            slots = max(0, int(state_bytes // model.state_bytes_per_request))
-            kv_bytes = pools - state_bytes
-    kv_tokens = max(0, int(kv_bytes // model.kv_bytes_per_token)) if kv_bytes > 0 else 0
+    plan = plan_pools(
+        gpu * mfs
+        - runtime_overhead_gb * GB
+        - model.weight_bytes
+        - (model.draft_bytes if spec else 0),
+        **_pool_inputs(flags, model, spec),
+        version=version,
+    )
+    kv_tokens, slots = plan.kv_tokens, plan.mamba_slots
 
     def result(fits: bool, failure: str | None, reason: str) -> MemoryEstimate:
-        return MemoryEstimate(fits, failure, reason, mfs, kv_tokens, slots, room / GB, need / GB)
+        return MemoryEstimate(
+            fits, failure, reason, mfs, kv_tokens, slots, room / GB, need / GB,
+            plan.max_running_requests,
+        )  # fmt: skip
 
-    if kv_tokens <= 0 or (model.hybrid and slots <= 0):
+    if not plan.fits:
+        reserve = (
+            f" and {plan.spec_reserve_bytes / GB:.1f} GB of speculative state"
+            if plan.spec_reserve_bytes
+            else ""
+        )
         return result(
             False,
             "not_enough_memory",
-            f"mem_fraction_static {mfs:.2f} leaves {max(pools, 0) / GB:.1f} GB after "
-            f"{model.weight_bytes / GB:.1f} GB of weights"
-            + (
-                f" and {spec_reserve / GB:.1f} GB of speculative state "
-                f"({flags.get('max_running_requests')} requests x "
-                f"{flags.get('speculative_num_draft_tokens') or 4} draft tokens)"
-                if spec_reserve
-                else ""
-            )
-            + ": no KV cache would fit",
+            f"mem_fraction_static {mfs:.2f} leaves {max(plan.rest_bytes, 0) / GB:.1f} GB after "
+            f"{model.weight_bytes / GB:.1f} GB of weights{reserve}, as sglang {version} plans "
+            f"memory: {plan.reason}",
         )
     if room < need:
         return result(
@@ -191,8 +129,42 @@ def estimate_memory(
             f"graphs, below {need / GB:.1f} GB",
         )
     return result(
-        True, None, f"{kv_tokens} KV tokens, {slots} state slots, {room / GB:.1f} GB free"
+        True,
+        None,
+        f"{kv_tokens} KV tokens, {slots} state slots, {plan.max_running_requests} running, "
+        f"{room / GB:.1f} GB free",
     )
+
+
+def _pool_inputs(flags: Mapping[str, Any], model: ModelMemory, spec: bool) -> dict[str, Any]:
+    """plan_pools' keyword arguments from the trial's flags (sglang's defaults when unset)."""
+    page = int(flags.get("page_size") or 1)
+    radix = not flags.get("disable_radix_cache")
+    overlap = not flags.get("disable_overlap_schedule")
+    strategy = flags.get("mamba_radix_cache_strategy") or flags.get("mamba_scheduler_strategy")
+    if strategy in (None, "auto"):
+        strategy = "extra_buffer" if (overlap or page > 1) else "no_buffer"
+    if strategy == "no_buffer":
+        overlap = False  # sglang switches overlap scheduling off for no_buffer
+    draft_tokens = int(flags.get("speculative_num_draft_tokens") or 4) if spec else 0
+    own_draft = bool(flags.get("speculative_draft_model_path"))
+    uses_mtp = spec and not own_draft and flags.get("speculative_algorithm") in ("NEXTN", "EAGLE")
+    running = flags.get("max_running_requests")
+    mamba = flags.get("max_mamba_cache_size")
+    total = flags.get("max_total_tokens")
+    return {
+        "kv_bytes_per_token": model.kv_bytes_per_token
+        + (model.draft_kv_bytes_per_token if uses_mtp else 0.0),
+        "state_bytes_per_request": model.state_bytes_per_request,
+        "draft_tokens": draft_tokens,
+        "max_running_requests": int(running) if running else None,
+        "max_mamba_cache_size": int(mamba) if mamba else None,
+        "mamba_full_memory_ratio": float(flags.get("mamba_full_memory_ratio") or 0.9),
+        "slot_ratio": mamba_slot_ratio(radix_cache=radix, strategy=strategy, overlap=overlap),
+        "radix_cache": radix,
+        "page_size": page,
+        "max_total_tokens": int(total) if total else None,
+    }
 
 
 # ---- learned crash model -------------------------------------------------------------------

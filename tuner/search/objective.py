@@ -266,7 +266,9 @@ class TrialObjective:
     def _check_feasibility(self, trial: optuna.Trial, flags: dict[str, Any]) -> None:
         cfg = self.config
         if cfg.model_memory is not None and cfg.gpu_memory_gb:
-            estimate = estimate_memory(flags, cfg.model_memory, cfg.gpu_memory_gb)
+            estimate = estimate_memory(
+                flags, cfg.model_memory, cfg.gpu_memory_gb, version=self.space.engine_version
+            )
             if not estimate.fits:
                 trial.set_user_attr(
                     record.PREDICTION,

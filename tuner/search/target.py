@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import subprocess
+import sys
 from typing import Any
 
 from tuner.engines import sglang as engine
+from tuner.engines.model_config import (
+    ModelMemory,
+    find_config_dir,
+    missing_config_message,
+    read_config,
+)
 from tuner.errors import UserError
-from tuner.search.feasibility import ModelMemory
 from tuner.search.options import StudyOptions
 from tuner.search.serve import LaunchTarget
 from tuner.search.space import SearchSpace
 
 ENGINES = ("sim", "sglang")
+
+_log = logging.getLogger(__name__)
 
 
 def launch_target(space: SearchSpace, options: StudyOptions) -> LaunchTarget:
@@ -59,37 +70,31 @@ def sim_args(sim: dict[str, Any]) -> list[str]:
 def memory_inputs(
     space: SearchSpace, options: StudyOptions
 ) -> tuple[ModelMemory | None, float | None]:
-    """The model's memory needs and the GPU's size, from whatever this host can tell."""
-    model = ModelMemory.from_model_path(space.model_path)
-    gpu_gb = options.gpu_memory_gb
+    """The model's memory needs (from its config.json) and the GPU's size, as this host tells.
+
+    Both engines read config.json the same way; the simulator only says where its model's file
+    is and how large its GPU is, as nvml would for a real one."""
     if options.engine == "sim":
-        sim_model, sim_gpu = _sim_memory_inputs(space.sim or {})
-        model = model or sim_model
-        gpu_gb = gpu_gb or sim_gpu
-    elif gpu_gb is None:
-        gpu_gb = _nvml_gpu_memory_gb(options.gpus)
-    return model, gpu_gb
+        described = _describe_simulator(launch_target(space, options), space.model_path)
+        config_dir = described.get("model_config_dir")
+        gpu_gb = options.gpu_memory_gb or described.get("gpu_memory_gb")
+    else:
+        config_dir = find_config_dir(space.model_path)
+        gpu_gb = options.gpu_memory_gb or _nvml_gpu_memory_gb(options.gpus)
+    if not config_dir:
+        _log.warning(missing_config_message(space.model_path))
+        return None, gpu_gb
+    return ModelMemory.from_hf_config(read_config(config_dir)), gpu_gb
 
 
-def _sim_memory_inputs(sim: dict[str, Any]) -> tuple[ModelMemory, float]:
-    """What the simulated GPU and model are, read from the simulator's public profiles."""
-    from tuner.sim.profiles import load_hardware, load_model
-
-    hardware = load_hardware(sim.get("hardware"))
-    model = load_model(sim.get("model"))
-    ssm_dtype_bytes = 4  # sglang keeps the SSM state in float32 unless told otherwise
-    state = model.linear_attention_layers * (
-        model.mamba_conv_elements_per_layer * model.mamba_conv_dtype_bytes
-        + model.mamba_ssm_elements_per_layer * ssm_dtype_bytes
-    )
-    kv = model.full_attention_layers * 2 * model.num_kv_heads * model.head_dim * model.dtype_bytes
-    memory = ModelMemory(
-        weight_bytes=model.weight_bytes,
-        kv_bytes_per_token=float(kv),
-        state_bytes_per_request=float(state) if model.hybrid else 0.0,
-        draft_bytes=model.mtp.head_bytes if model.mtp else 0.0,
-    )
-    return memory, hardware.gpu_memory_gib * 2**30 / 1e9
+def _describe_simulator(target: LaunchTarget, model_path: str | None) -> dict[str, Any]:
+    argv = [sys.executable, "-m", target.module, *target.extra_args, "--sim-describe"]
+    argv += ["--model-path", model_path] if model_path else []
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise UserError(f"the simulator cannot describe its GPU and model: {out.stderr.strip()}")
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
 
 
 def _nvml_gpu_memory_gb(gpus: str | None) -> float | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import socket
 import sys
 
@@ -11,7 +12,7 @@ from tuner.sim import startup_log as logs
 from tuner.sim.args import parse_args
 from tuner.sim.config import resolve
 from tuner.sim.failures import StartupFailure
-from tuner.sim.profiles import ProfileError
+from tuner.sim.profiles import ProfileError, describe
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -26,6 +27,15 @@ def bind(host: str, port: int) -> socket.socket:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.sim_describe:
+        # What nvml and the model directory tell about a real GPU and checkpoint: the tuner's
+        # pre-launch memory check reads the simulated ones through this.
+        try:
+            print(json.dumps(describe(args.sim_hardware, args.sim_model, args.model_path)))
+        except ProfileError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            return 2
+        return 0
     try:
         config = resolve(args)
     except ProfileError as exc:

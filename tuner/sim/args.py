@@ -96,6 +96,7 @@ class ServerArgs:
     # simulator-only
     sim_hardware: str | None = None
     sim_model: str | None = None
+    sim_describe: bool = False
     sim_time_scale: float = 1.0
     sim_load_time: float = 0.3
     sim_seed: int = 0
@@ -237,6 +238,11 @@ def build_parser(generation: str = "both") -> argparse.ArgumentParser:
     s = sim.add_argument
     s("--sim-hardware", type=str, help="hardware profile name or YAML path")
     s("--sim-model", type=str, help="model profile name or YAML path")
+    s(
+        "--sim-describe",
+        action="store_true",
+        help="print the simulated GPU and the model's config.json directory as JSON, and exit",
+    )
     s(
         "--sim-time-scale",
         type=_positive_float,

@@ -71,6 +71,13 @@ class SimConfig:
         return self.args.enable_hierarchical_cache
 
     @property
+    def max_running_requests_flag(self) -> int | None:
+        """--max-running-requests as sglang resolves it: 48 with speculation when unset."""
+        if self.args.max_running_requests is None and self.spec is not None:
+            return SPEC_DEFAULT_MAX_RUNNING
+        return self.args.max_running_requests
+
+    @property
     def sglang_version(self) -> str:
         return self.args.sglang_version
 
@@ -241,31 +248,14 @@ def resolve_with(args: ServerArgs, hardware: HardwareProfile, model: ModelProfil
                     "--mamba-scheduler-strategy extra_buffer and set SGLANG_ENABLE_SPEC_V2=1, "
                     "or --disable-radix-cache"
                 )
-    if args.enable_hierarchical_cache:
-        if args.disable_radix_cache:
-            raise rule(
-                "The arguments enable-hierarchical-cache and disable-radix-cache are "
-                "mutually exclusive and cannot be used at the same time. Please use only "
-                "one of them."
-            )
-        if version < (0, 5, 23) and model.hybrid:
-            raise rule(
-                "Hierarchical cache is not supported for hybrid linear-attention models "
-                f"in sglang {args.sglang_version}"
-            )
-        if version < (0, 5, 23) and spec is not None:
-            raise rule(
-                "Hierarchical cache is not supported with speculative decoding in "
-                f"sglang {args.sglang_version}"
-            )
-        # 0.5.1x asserted a host pool larger than the device pool; 0.5.23's host pool no
-        # longer does (read from both wheels' mem_cache code).
-        if version < (0, 5, 23) and args.hicache_size == 0 and args.hicache_ratio <= 1.0:
-            raise rule(
-                "The host memory should be larger than the device memory with the "
-                "current protocol: --hicache-ratio must be > 1",
-                "AssertionError",
-            )
+    # HiCache on hybrid models and with speculative decoding starts in 0.5.10 too (its scheduler
+    # picks HiMambaRadixCache for hybrid models); memory.py checks the host pool's size.
+    if args.enable_hierarchical_cache and args.disable_radix_cache:
+        raise rule(
+            "The arguments enable-hierarchical-cache and disable-radix-cache are "
+            "mutually exclusive and cannot be used at the same time. Please use only "
+            "one of them."
+        )
 
     context = args.context_length or model.context_length
     if args.context_length and args.context_length > model.context_length:

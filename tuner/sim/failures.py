@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 # The failure classes match the tuner's record.FAILURE_CLASSES (the sim must not import the tuner).
 STARTUP_RULE = "startup_rule"
 NOT_ENOUGH_MEMORY = "not_enough_memory"
@@ -58,4 +60,44 @@ def cuda_graph_failed(tried_gib: float, total_gib: float, free_gib: float) -> St
         "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)\n"
         "3. disable torch compile by not using --enable-torch-compile\n"
         "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)",
+    )
+
+
+# The three below are sglang 0.5.23's (mem_cache/kv_cache_configurator.py).
+
+
+def weights_leave_no_kv(fraction: float, available_share: float) -> StartupFailure:
+    minimum = 1.0 - available_share
+    return StartupFailure(
+        NOT_ENOUGH_MEMORY,
+        "ValueError",
+        "Loaded weights leave no GPU memory for the KV cache under "
+        f"--mem-fraction-static={fraction}. Raise --mem-fraction-static above "
+        f"{math.ceil(minimum * 1000) / 1000:.3f} (minimum viable = 1 - available/pre = "
+        f"{minimum:.4f}). If using speculative decoding, draft weights are now counted.",
+    )
+
+
+def mamba_state_too_small(slots: int, rest_gib: float, per_req_bytes: int) -> StartupFailure:
+    return StartupFailure(
+        NOT_ENOUGH_MEMORY,
+        "RuntimeError",
+        "Not enough GPU memory for hybrid (mamba/linear-attention) state cache. "
+        f"Computed max_mamba_cache_size={slots} (total_rest_memory={rest_gib:.2f} GB, "
+        f"mamba_cache_per_req={per_req_bytes / 2**20:.2f} MB). Try: (1) reduce "
+        "--max-running-requests, (2) increase --mem-fraction-static, (3) reduce "
+        "--speculative-num-draft-tokens, or (4) use GPUs with more memory.",
+    )
+
+
+def state_cache_too_small(slots: int, ratio: int, version: tuple[int, ...]) -> StartupFailure:
+    if version < (0, 5, 23):
+        return not_enough_memory()
+    return StartupFailure(
+        NOT_ENOUGH_MEMORY,
+        "RuntimeError",
+        "Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+        f"max_mamba_cache_size={slots}, mamba_ratio={ratio}, resulting max_num_reqs="
+        f"{slots // ratio}. Try: (1) reduce --max-running-requests, (2) increase "
+        "--mem-fraction-static, or (3) use GPUs with more memory.",
     )

@@ -1,15 +1,18 @@
 """The start-up memory plan: weights, Mamba state pool, KV pool, activations, HiCache host pool.
 
 A pure function of the resolved configuration, shared by the server (which prints it and serves
-within it) and the oracle (which predicts from it). It follows sglang's sizing (SGLANG.md):
+within it) and the oracle (which predicts from it). It follows sglang's sizing, per release
+(docs/sglang-memory.md has the rules with the sglang file and line of each):
 
 - the static pool is ``mem_fraction_static`` of the GPU; what is left of it after the weights
   (and the draft head) is the "rest" for state and KV pools;
-- on hybrid models, with speculative decoding, an intermediate-state reserve of
-  (state bytes per request) x max_running_requests x draft tokens is taken out first
+- hybrid models, as 0.5.10 / 0.5.11: with speculative decoding an intermediate-state reserve of
+  (state bytes per request) x max_running_requests x draft tokens comes off first
   (max_running_requests is 48 when unset); the remainder is split between recurrent-state slots
   and the KV pool by ``--mamba-full-memory-ratio`` (state : KV), unless
   ``--max-mamba-cache-size`` fixes the slot count;
+- hybrid models, as 0.5.23: the slots and the reserve are solved jointly inside the state
+  share, the reserve covering min(max_running_requests, slots // ratio) + 1 requests;
 - ``max_running_requests`` <= slots // ratio (3, +2 with extra_buffer and overlap, +1 without
   overlap; 1 with the radix cache disabled);
 - what is outside the static pool must hold the CUDA graphs and the activations, else sglang dies
@@ -28,9 +31,19 @@ from typing import Any
 
 from tuner.sim.args import version_tuple
 from tuner.sim.config import SPEC_DEFAULT_MAX_RUNNING, SimConfig
-from tuner.sim.failures import cuda_graph_failed, cuda_oom, not_enough_memory, rule
+from tuner.sim.failures import (
+    cuda_graph_failed,
+    cuda_oom,
+    mamba_state_too_small,
+    not_enough_memory,
+    rule,
+    state_cache_too_small,
+    weights_leave_no_kv,
+)
 
 GIB = 1024**3
+# sglang releases from this one size the Mamba pool and the speculative reserve jointly.
+JOINT_SOLVE_SINCE = (0, 5, 23)
 # Requests the non-hybrid request pool holds at most (sglang's req_to_token pool bound).
 MAX_REQ_POOL = 4096
 # Allocator workspace outside the pools that every forward pass needs (cuBLAS, attention).
@@ -83,6 +96,55 @@ def mamba_slot_ratio(config: SimConfig) -> int:
     return ratio
 
 
+def _mamba_pool(
+    config: SimConfig,
+    rest_bytes: float,
+    per_req: int,
+    cap: int | None,
+    draft_tokens: int,
+    ratio: int,
+) -> tuple[int, float, float]:
+    """(state slots, speculative reserve bytes, state bytes kept out of the KV pool).
+
+    sglang 0.5.10 / 0.5.11 (model_runner_kv_cache_mixin.py, handle_max_mamba_cache): the reserve
+    for max_running_requests x draft tokens comes off first; the slots take their share of the
+    rest and K x state bytes leave the KV pool. 0.5.23 (kv_cache_configurator.py,
+    _handle_max_mamba_cache): K and the reserve are solved together inside the state share, the
+    reserve is for min(max_running_requests, K // ratio) + 1 requests, and (K + 1) x state bytes
+    (the padding slot included) leave the KV pool.
+    """
+    args = config.args
+    spec = config.spec is not None
+    share = args.mamba_full_memory_ratio / (1.0 + args.mamba_full_memory_ratio)
+    fixed = args.max_mamba_cache_size
+    if fixed is None and not config.radix_cache and args.max_running_requests is not None:
+        fixed = args.max_running_requests
+    if version_tuple(args.sglang_version) < JOINT_SOLVE_SINCE:
+        reserve = per_req * (cap or 0) * draft_tokens if spec else 0.0
+        avail = rest_bytes - reserve
+        slots = fixed if fixed is not None else (int(avail * share // per_req) if avail > 0 else 0)
+        if slots <= 0:
+            raise not_enough_memory()
+        return slots, reserve, slots * per_req
+    reserve = 0.0
+    if fixed is not None:
+        slots = fixed
+        if spec:
+            capped = slots if args.max_mamba_cache_size is None else min(cap or 1, slots // ratio)
+            reserve = per_req * (capped + 1) * draft_tokens
+    else:
+        budget = rest_bytes * share
+        if spec:
+            d = draft_tokens
+            slots = int((budget - per_req * (1 + d)) // (per_req * (1 + d / ratio)))
+            reserve = per_req * (min(cap or 1, max(slots, 0) // ratio) + 1) * d
+        else:
+            slots = int((budget - per_req) // per_req)
+    if slots <= 0:
+        raise mamba_state_too_small(slots, (rest_bytes - reserve) / GIB, per_req)
+    return slots, reserve, (slots + 1) * per_req
+
+
 def _page_floor(tokens: float, page: int) -> int:
     return int(tokens // page) * page
 
@@ -103,6 +165,8 @@ def plan_memory(config: SimConfig) -> MemoryPlan:
     static = config.mem_fraction_static * total
     rest = static - hw.runtime_overhead_gib - weights - draft
     if rest <= 0:
+        if version_tuple(args.sglang_version) >= JOINT_SOLVE_SINCE:
+            raise weights_leave_no_kv(config.mem_fraction_static, (total - weights - draft) / total)
         raise not_enough_memory()
 
     kv_per_token = model.kv_bytes_per_token(config.kv_dtype_bytes)
@@ -126,24 +190,20 @@ def plan_memory(config: SimConfig) -> MemoryPlan:
     state_gib = conv_gib = ssm_gib = 0.0
     if model.hybrid:
         ratio = mamba_slot_ratio(config)
-        if spec is not None:
-            reserve = state * (cap or 0) * draft_tokens / GIB
-        avail = rest - reserve
-        if args.max_mamba_cache_size is not None:
-            slots = args.max_mamba_cache_size
-        else:
-            share = args.mamba_full_memory_ratio / (1.0 + args.mamba_full_memory_ratio)
-            slots = int(max(avail, 0.0) * share * GIB // state) if avail > 0 else 0
+        slots, reserve_bytes, kept_bytes = _mamba_pool(
+            config, rest * GIB, state, cap, draft_tokens, ratio
+        )
+        reserve = reserve_bytes / GIB
         # the pool has one padding slot more than it hands out
         conv_gib = (slots + 1) * conv_one / GIB
         ssm_gib = (slots + 1) * ssm_one / GIB
         state_gib = conv_gib + ssm_gib
-        kv_gib = avail - state_gib
+        kv_gib = rest - reserve - kept_bytes / GIB
         max_running = slots // ratio
         if cap is not None:
             max_running = min(max_running, cap)
         if max_running < 1:
-            raise not_enough_memory()
+            raise state_cache_too_small(slots, ratio, version_tuple(args.sglang_version))
     else:
         kv_gib = rest
     tokens = _page_floor(max(kv_gib, 0.0) * GIB / kv_per_token, config.page_size)
@@ -186,18 +246,25 @@ def plan_memory(config: SimConfig) -> MemoryPlan:
     host_gib = 0.0
     host_slots = 0
     if config.hicache:
+        # mem_cache/memory_pool_host.py (0.5.10 lines 173-185): --hicache-size is in GB (1e9
+        # bytes); 0.5.10 then rounds the host pool up to whole pages plus one and asserts it is
+        # larger than the device pool, so only a ratio below 1 fails there.
+        old_host = version_tuple(args.sglang_version) < JOINT_SOLVE_SINCE
         if args.hicache_size > 0:
-            host_tokens = int(args.hicache_size * GIB // kv_per_token)
+            host_tokens = int(args.hicache_size * 1e9 // kv_per_token)
         else:
             host_tokens = int(tokens * args.hicache_ratio)
-        host_tokens = _page_floor(host_tokens, config.page_size)
+        if old_host:
+            host_tokens = (host_tokens // config.page_size + 1) * config.page_size
+        else:
+            host_tokens = _page_floor(host_tokens, config.page_size)
         if model.hybrid:
             host_slots = int(
                 slots
                 * (args.hicache_ratio if args.hicache_size == 0 else host_tokens / max(tokens, 1))
             )
         host_gib = (host_tokens * kv_per_token + host_slots * state) / GIB
-        if host_tokens <= tokens and version_tuple(args.sglang_version) < (0, 5, 23):
+        if host_tokens <= tokens and old_host:
             raise rule(
                 "The host memory should be larger than the device memory with the current "
                 f"protocol: host pool {host_tokens} tokens <= device pool {tokens} tokens",

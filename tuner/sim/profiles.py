@@ -20,6 +20,7 @@ import yaml
 PROFILE_DIR = Path(__file__).parent / "profiles"
 DEFAULT_HARDWARE = "rtx-pro-6000-blackwell"
 DEFAULT_MODEL = "qwen3.6-27b"
+GIB = 1024**3
 
 
 class ProfileError(ValueError):
@@ -71,6 +72,8 @@ class ModelProfile:
     name: str
     description: str
     architecture: str
+    model_type: str  # the Hugging Face config's model_type, as /model_info reports it
+    image_understanding: bool  # a vision tower (vision_config in config.json)
     hybrid: bool
     num_layers: int
     full_attention_layers: int
@@ -192,6 +195,60 @@ def load_model(name_or_path: str | None = None) -> ModelProfile:
     return _model_from_dict(_read_yaml("model", source), source)
 
 
+def model_config_dir(name_or_path: str | None = None) -> Path | None:
+    """The directory of the Hugging Face ``config.json`` a model profile ships, if any: beside
+    ``<name>.yaml`` as ``<name>/config.json``."""
+    source = name_or_path or DEFAULT_MODEL
+    if source.endswith((".yaml", ".yml")):
+        directory = Path(source).with_suffix("")
+    else:
+        directory = PROFILE_DIR / "model" / source
+    return directory if (directory / "config.json").is_file() else None
+
+
+def describe(
+    hardware: str | None, model: str | None, model_path: str | None = None
+) -> dict[str, Any]:
+    """The simulated GPU and where its model's config.json is (``--sim-describe``)."""
+    hw = load_hardware(hardware)
+    if model:
+        config_dir = model_config_dir(model)
+        load_model(model)  # a bad name fails here, with the names that exist
+    elif model_path and (Path(model_path) / "config.json").is_file():
+        config_dir = Path(model_path).resolve()
+    else:
+        config_dir = model_config_dir(None)
+    return {
+        "gpu_memory_gb": hw.gpu_memory_gib * GIB / 1e9,
+        "runtime_overhead_gb": hw.runtime_overhead_gib * GIB / 1e9,
+        "host_ram_gb": hw.host_ram_gib * GIB / 1e9,
+        "model_config_dir": str(config_dir.resolve()) if config_dir else None,
+    }
+
+
+def _vision_tower_params(vision: Any) -> int:
+    """Parameters of a Qwen-VL style vision tower (patch embedding, position table, blocks,
+    patch merger), which a ConditionalGeneration checkpoint loads with the language model."""
+    if not isinstance(vision, dict) or "hidden_size" not in vision:
+        return 0
+    width = int(vision["hidden_size"])
+    mlp = int(vision.get("intermediate_size") or 4 * width)
+    blocks = int(vision.get("depth") or vision.get("num_hidden_layers") or 0)
+    merge = int(vision.get("spatial_merge_size", 1))
+    merged = width * merge * merge
+    out = int(vision.get("out_hidden_size") or width)
+    # qkv + proj with biases, the MLP up / down with biases, two layer norms
+    per_block = 4 * width * width + 4 * width + 2 * width * mlp + width + mlp + 4 * width
+    merger = merged * merged + merged + merged * out + out + 2 * width
+    patch = int(vision.get("patch_size", 14))
+    patch_embed = (
+        int(vision.get("in_channels", 3)) * int(vision.get("temporal_patch_size", 1)) * patch**2 + 1
+    ) * width
+    positions = int(vision.get("num_position_embeddings") or 0) * width
+    mergers = 1 + len(vision.get("deepstack_visual_indexes") or [])
+    return patch_embed + positions + blocks * per_block + mergers * merger
+
+
 def model_from_hf_config(model_dir: str | Path) -> ModelProfile:
     """Derive a model profile from a Hugging Face config.json (bf16 weights assumed).
 
@@ -240,6 +297,8 @@ def model_from_hf_config(model_dir: str | Path) -> ModelProfile:
         conv_elems = (2 * key_dim + value_dim) * (kernel - 1)
         ssm_elems = v_heads * dk * dv
         linear_params = hidden * (2 * key_dim + 2 * value_dim) + value_dim * hidden
+        # the b / a gate projections and the depthwise conv weights
+        linear_params += hidden * 2 * v_heads + (2 * key_dim + value_dim) * kernel
 
     experts = int(cfg.get("num_experts", 0) or 0)
     moe_ffn = int(cfg.get("moe_intermediate_size", ffn) or ffn)
@@ -258,8 +317,9 @@ def model_from_hf_config(model_dir: str | Path) -> ModelProfile:
     total = (
         full * attn_params
         + linear * linear_params
-        + layers * mlp_total
+        + layers * (mlp_total + 2 * hidden)
         + embed * (1 if tied else 2)
+        + _vision_tower_params(raw.get("vision_config"))
     )
     active = full * attn_params + linear * linear_params + layers * mlp_active + embed
     mtp_layers = int(cfg.get("num_nextn_predict_layers", cfg.get("mtp_num_hidden_layers", 0)) or 0)
@@ -276,6 +336,8 @@ def model_from_hf_config(model_dir: str | Path) -> ModelProfile:
         name=Path(model_dir).name,
         description=f"derived from {path.name} ({arch})",
         architecture=arch,
+        model_type=str(raw.get("model_type") or cfg.get("model_type") or "unknown"),
+        image_understanding=isinstance(raw.get("vision_config"), dict),
         hybrid=hybrid,
         num_layers=layers,
         full_attention_layers=full,

@@ -30,6 +30,7 @@ class SimRequest:
     released: int = 0
     release_t: float = 0.0
     verify_ct: int = 0
+    retractions: int = 0  # times the scheduler put it back in the queue (meta_info num_retractions)
     first_token_t: float | None = None
     finish_t: float | None = None
     finished: bool = False

@@ -570,6 +570,7 @@ class Scheduler:
         req.keys = block_keys(sequence, self.block) if self.cache is not None else []
         req.prefilled = 0
         self.retracted_total += 1
+        req.retractions += 1
         self.new_token_ratio = 1.0
         self.waiting.appendleft(req)
 

@@ -1,11 +1,11 @@
 """The HTTP server: sglang's endpoints over aiohttp, backed by the simulated scheduler.
 
-Endpoints (as sglang): /health, /health_generate, /server_info (+ /get_server_info),
-/model_info (+ /get_model_info), /v1/models, /flush_cache, /generate (native, streaming with
-cumulative text and meta_info), /v1/completions, /v1/chat/completions (SSE,
-stream_options.include_usage), /metrics (with --enable-metrics). Simulator-only: /sim/requests
-(GET; POST /sim/requests/clear or DELETE to empty it). ``--api-key`` is enforced like sglang:
-``Authorization: Bearer KEY`` on every route but /health* and /metrics.
+Endpoints (as sglang): /health, /health_generate, /ready (0.5.23), /server_info
+(+ /get_server_info), /model_info (+ /get_model_info), /v1/models, /flush_cache, /generate
+(native, streaming with cumulative text and meta_info), /v1/completions, /v1/chat/completions
+(SSE, stream_options.include_usage), /metrics (with --enable-metrics). Simulator-only:
+/sim/requests (GET; POST /sim/requests/clear or DELETE to empty it). ``--api-key`` is enforced
+like sglang: ``Authorization: Bearer KEY`` on every route but /health*, /ready and /metrics.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from aiohttp import web
 
 from tuner.sim import startup_log as logs
 from tuner.sim import tokens as tok
+from tuner.sim.args import version_tuple
 from tuner.sim.clock import Clock
 from tuner.sim.config import SimConfig
 from tuner.sim.failures import StartupFailure
@@ -64,6 +65,8 @@ class SimServer:
         self.sock = sock
         self.clock = Clock(self.args.sim_time_scale)
         self.ready = False
+        # the HTTP API as 0.5.23 has it (/ready, /model_info fields), else as 0.5.10
+        self.new_api = version_tuple(config.sglang_version) >= (0, 5, 23)
         self.plan: MemoryPlan | None = None
         self.scheduler: Scheduler | None = None
         self.metrics: Metrics | None = None
@@ -85,6 +88,8 @@ class SimServer:
         app = web.Application(middlewares=middlewares, client_max_size=64 * 1024**2)
         r = app.router
         r.add_get("/health", self.health)
+        if self.new_api:
+            r.add_get("/ready", self.health)  # 0.5.23: 200 once ready, 503 before; 0.5.10: 404
         r.add_get("/health_generate", self.health_generate)
         for path in ("/server_info", "/get_server_info"):
             r.add_get(path, self.server_info)
@@ -160,7 +165,7 @@ class SimServer:
     @web.middleware
     async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
         path = request.path
-        if request.method == "OPTIONS" or path.startswith("/health") or path.startswith("/metrics"):
+        if request.method == "OPTIONS" or path.startswith(("/health", "/ready", "/metrics")):
             return await handler(request)
         if request.headers.get("Authorization") != f"Bearer {self.args.api_key}":
             return _json({"error": "Unauthorized"}, 401)
@@ -221,19 +226,22 @@ class SimServer:
             }
         )
         if plan is not None and s is not None:
+            # managers/scheduler_components/memory_usage.py (0.5.23): GB rounded to 3 places
             memory_usage = {
-                "weight": round(plan.weight_gib + plan.draft_weight_gib, 2),
-                "kvcache": round(plan.kv_k_gib + plan.kv_v_gib, 2),
-                "mamba": round(
-                    plan.conv_state_gib
-                    + plan.ssm_state_gib
-                    + plan.intermediate_ssm_gib
-                    + plan.intermediate_conv_gib,
-                    2,
-                ),
+                "weight": round(plan.weight_gib + plan.draft_weight_gib, 3),
+                "kvcache": round(plan.kv_k_gib + plan.kv_v_gib, 3),
+                "startup_available": round(plan.available_gpu_mem_gib, 3),
                 "token_capacity": plan.max_total_num_tokens,
-                "graph": round(plan.cuda_graph_gib, 2),
+                "token_capacity_swa": None,
+                "graph": _graph_memory(plan, cfg.spec is not None),
             }
+            if not self.new_api:  # managers/scheduler.py get_internal_state (0.5.10)
+                memory_usage = {
+                    "weight": round(plan.weight_gib + plan.draft_weight_gib, 2),
+                    "kvcache": round(plan.kv_k_gib + plan.kv_v_gib, 2),
+                    "token_capacity": plan.max_total_num_tokens,
+                    "graph": round(plan.cuda_graph_gib, 2),
+                }
             state: JSONDict = {
                 "effective_max_running_requests_per_dp": plan.max_running_requests,
                 "last_gen_throughput": s.last_gen_throughput,
@@ -243,7 +251,9 @@ class SimServer:
                 state["avg_spec_accept_length"] = s.avg_accept_length()
             info.update(
                 {
-                    "max_running_requests": plan.max_running_requests,
+                    # the resolved flag (48 with speculation when unset); the cap the memory
+                    # allowed is internal_states[0].effective_max_running_requests_per_dp
+                    "max_running_requests": cfg.max_running_requests_flag,
                     "max_total_num_tokens": plan.max_total_num_tokens,
                     "max_req_input_len": plan.max_req_input_len,
                     "max_mamba_cache_size": plan.mamba_slots or None,
@@ -263,19 +273,33 @@ class SimServer:
 
     async def model_info(self, request: web.Request) -> web.Response:
         model = self.config.model
-        return _json(
-            {
-                "model_path": self.args.model_path or model.name,
-                "tokenizer_path": self.args.tokenizer_path or self.args.model_path or model.name,
-                "is_generation": True,
-                "preferred_sampling_params": None,
-                "weight_version": "default",
-                "has_image_understanding": False,
-                "has_audio_understanding": False,
-                "model_type": model.architecture,
-                "architectures": [model.architecture],
-            }
-        )
+        info = {
+            # entrypoints/http_server.py model_info (0.5.23)
+            "model_path": self.args.model_path or model.name,
+            "served_model_name": self.config.served_model_name,
+            "tokenizer_path": self.args.tokenizer_path or self.args.model_path or model.name,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "load_format": "auto",
+            "reasoning_parser": None,
+            "tool_call_parser": None,
+            "disaggregation_mode": "null",
+            "has_image_understanding": model.image_understanding,
+            "has_audio_understanding": False,
+            "model_type": model.model_type,  # the HF config's, e.g. qwen3_5
+            "architectures": [model.architecture],
+        }
+        if not self.new_api:  # 0.5.10 had none of these
+            for key in (
+                "served_model_name",
+                "load_format",
+                "reasoning_parser",
+                "tool_call_parser",
+                "disaggregation_mode",
+            ):
+                del info[key]
+        return _json(info)
 
     async def models(self, request: web.Request) -> web.Response:
         name = self.config.served_model_name
@@ -386,12 +410,16 @@ class SimServer:
             "prompt_tokens": req.prompt_len,
             "completion_tokens": req.released,
             "cached_tokens": req.cached,
+            "weight_version": "default",
+            # 0.5.10 called it total_retractions
+            ("num_retractions" if self.new_api else "total_retractions"): req.retractions,
         }
         if req.finished and req.finish_t is not None:
             meta["e2e_latency"] = req.finish_t - req.arrival
-        if self.config.spec is not None:
-            meta["spec_verify_ct"] = req.verify_ct
-            meta["spec_accept_length"] = req.spec_accept_length
+            # managers/tokenizer_manager.py (0.5.23): spec_* only once the request finishes
+            if self.config.spec is not None and req.verify_ct > 0:
+                meta["spec_verify_ct"] = req.verify_ct
+                meta["spec_accept_length"] = req.spec_accept_length
         return meta
 
     async def _body(self, request: web.Request) -> JSONDict:
@@ -622,3 +650,19 @@ class SimServer:
             self.scheduler.abort(req)
             raise
         return resp
+
+
+def _graph_memory(plan: MemoryPlan, spec: bool) -> dict[str, float]:
+    """CUDA graph memory per capture phase, GB, as 0.5.23 reports it (model_executor/
+    graph_memory_usage.py keys); the simulator splits its one figure between the phases."""
+    phases = dict.fromkeys(
+        ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend"),
+        0.0,
+    )
+    if spec:
+        share = plan.cuda_graph_gib / 3
+        phases.update(target_verify=round(share, 3), draft_decode=round(share, 3))
+        phases["draft_extend"] = round(plan.cuda_graph_gib - 2 * share, 3)
+    else:
+        phases["decode"] = round(plan.cuda_graph_gib, 3)
+    return phases
