@@ -18,6 +18,7 @@ from sim_spaces import small_space
 from tuner.results import record
 from tuner.results.record import INTERRUPTED, RETRY_OF
 from tuner.results.storage import open_storage
+from tuner.search.budget import RetryCap, SpaceMostlyInfeasible
 from tuner.search.options import StudyOptions
 from tuner.search.pruning import StagePrunerConfig
 from tuner.search.study import run_study
@@ -85,9 +86,12 @@ def test_failed_launches_end_pruned_with_a_violated_constraint(tmp_path):
 def test_memory_estimate_skips_without_launching(tmp_path):
     space = small_space(tmp_path, fixed_flags={"mem_fraction_static": 0.50})
     params = yaml_params_without(space, "mem_fraction_static")
-    run_study(_options(tmp_path, params, trials=2))
+    # Nothing fits: skips do not count against --trials (tuner/search/budget.py), so the study
+    # asks again until the retry cap stops it with a message.
+    with pytest.raises(SpaceMostlyInfeasible, match=r"mostly infeasible.*leaves 0\.0 GB"):
+        run_study(_options(tmp_path, params, trials=2))
     trials = _trials(tmp_path, "small")
-    assert len(trials) == 2
+    assert len(trials) == RetryCap().max_free_in_a_row
     for t in trials:
         assert t.state == TrialState.PRUNED
         assert t.user_attrs[record.OUTCOME] == record.OUTCOME_SKIPPED
@@ -102,8 +106,9 @@ def test_startup_rule_violation_is_recorded_not_launched(tmp_path):
     params = yaml_params_without(
         space, "enable_hierarchical_cache", "hicache_ratio", "hicache_write_policy"
     )
-    run_study(_options(tmp_path, params, trials=1))
-    (t,) = _trials(tmp_path, "small")
+    with pytest.raises(SpaceMostlyInfeasible, match="hierarchical"):
+        run_study(_options(tmp_path, params, trials=1))
+    t = _trials(tmp_path, "small")[0]
     assert t.state == TrialState.PRUNED
     assert t.user_attrs[record.OUTCOME] == record.OUTCOME_INVALID
     assert t.user_attrs[record.FAILURE_CLASS] == "startup_rule"

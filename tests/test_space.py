@@ -67,7 +67,9 @@ def test_default_space_is_the_seed_scenario():
     assert p["hicache_write_policy"].when == {"enable_hierarchical_cache": (True,)}
     assert p["mamba_radix_cache_strategy"].choices == ("no_buffer", "extra_buffer")
     mrr = p["max_running_requests"]
-    assert (mrr.kind, mrr.low, mrr.high, mrr.log) == ("int", 4, 256, True)
+    # Bounded by the benchmark's 16 clients (tuner/search/bounds.py).
+    assert (mrr.kind, mrr.low, mrr.high, mrr.log) == ("int", 1, 16, True)
+    assert mrr.relative == {"high": "concurrency"}
     assert p["chunked_prefill_size"].kind == "categorical"
     assert space.objectives.metrics == ["output_throughput", "median_tpot_ms"]
     assert space.objectives.directions == ["maximize", "minimize"]
@@ -148,7 +150,9 @@ def test_bad_range_names_key_value_and_rule(tmp_path: Path):
 
 def test_wrong_type_names_value_and_expected_type(tmp_path: Path):
     message = error_for(tmp_path, with_params(page_size={"low": "abc", "high": 2}))
-    assert "params.page_size.low = 'abc': must be a number" in message
+    # A string is a bound relative to the workload (tuner/search/bounds.py).
+    assert "params.page_size.low: 'abc' is not a number" in message
+    assert "may name only concurrency" in message
     message = error_for(tmp_path, with_params(page_size={"low": True, "high": 2}))
     assert "params.page_size.low = True: must be a number" in message
 
@@ -326,7 +330,7 @@ def test_conditional_suggestion_with_multivariate_group_tpe():
         assert 0.70 <= flags["mem_fraction_static"] <= 0.95
         # stepped floats come back as the number a user would type
         assert flags["mem_fraction_static"] == round(flags["mem_fraction_static"], 2)
-        assert 4 <= flags["max_running_requests"] <= 256
+        assert 1 <= flags["max_running_requests"] <= 16  # high: concurrency
         assert flags["chunked_prefill_size"] in (2048, 4096, 8192, 16384)
         assert flags["mamba_radix_cache_strategy"] in ("no_buffer", "extra_buffer")
 

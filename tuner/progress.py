@@ -12,6 +12,8 @@ from rich.text import Text
 
 from tuner.results import record
 
+_NOT_LAUNCHED = (record.OUTCOME_SKIPPED, record.OUTCOME_INVALID)
+
 
 def format_flags(flags: dict[str, Any]) -> str:
     """Tuned flags on one line: switches bare, floats short, unset ones left out."""
@@ -37,7 +39,7 @@ class OptimizeDisplay:
         self.started = time.monotonic()
         self.done_at_start = 0
         self.finished = 0
-        self.counts = {"completed": 0, "pruned": 0, "failed": 0, "skipped": 0}
+        self.counts = {"completed": 0, "pruned": 0, "failed": 0, "skipped": 0, "repeated": 0}
         self.current: dict[int, dict[str, str]] = {}  # running trials, by number
         self.best: list[tuple[float, float, int]] = []
         self.live: Live | None = None
@@ -83,8 +85,15 @@ class OptimizeDisplay:
                 f"queued again: {data.get('retried') or 'nothing'}"
             )
         elif kind in ("completed", "pruned", "failed"):
-            self.finished += 1
-            if kind == "completed":
+            # --trials counts launched configurations (tuner/search/budget.py): a skip or a
+            # repeat of a measured configuration is shown but does not advance the count.
+            free = data.get("duplicate") or data.get("outcome") in _NOT_LAUNCHED
+            if not free:
+                self.finished += 1
+            if data.get("duplicate"):
+                self.counts["repeated"] += 1
+                self._log(f"trial {data['number']}: {data.get('message', 'repeated')}")
+            elif kind == "completed":
                 self.counts["completed"] += 1
                 if data.get("feasible", True):
                     self.best.append((data["throughput"], data["latency"], data["number"]))
@@ -97,11 +106,7 @@ class OptimizeDisplay:
                 self.counts["pruned"] += 1
                 self._log(f"trial {data['number']}: pruned at stage {data['stage'] + 1}")
             else:
-                key = (
-                    "skipped"
-                    if data.get("outcome") in (record.OUTCOME_SKIPPED, record.OUTCOME_INVALID)
-                    else "failed"
-                )
+                key = "skipped" if data.get("outcome") in _NOT_LAUNCHED else "failed"
                 self.counts[key] += 1
                 self._log(f"trial {data['number']}: {data.get('outcome')}: {data.get('message')}")
             self.current.pop(data["number"], None)
@@ -125,6 +130,7 @@ class OptimizeDisplay:
             (f"{min(self.finished + 1, self.total)}/{self.total}", "bold cyan"),
             f"  completed {self.counts['completed']}  pruned {self.counts['pruned']}"
             f"  failed {self.counts['failed']}  skipped {self.counts['skipped']}"
+            f"  repeated {self.counts['repeated']}"
             f"  elapsed {elapsed:.0f}s  remaining ~{eta}",
         )
         parts: list[Any] = [head]

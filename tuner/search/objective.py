@@ -258,9 +258,13 @@ class TrialObjective:
                 throughput=previous.values[0],
                 latency=previous.values[1],
                 feasible=record.feasible(previous.constraints),
+                duplicate=True,
+                message=message,
             )
             return float(previous.values[0]), float(previous.values[1])
-        self._emit("failed", number=trial.number, outcome="duplicate", message=message)
+        self._emit(
+            "failed", number=trial.number, outcome="duplicate", message=message, duplicate=True
+        )
         raise optuna.TrialPruned(message)
 
     def _check_feasibility(self, trial: optuna.Trial, flags: dict[str, Any]) -> None:

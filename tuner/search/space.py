@@ -95,6 +95,9 @@ class ParamSpec(BaseModel):
     log: bool = False
     derive: str | None = None
     when: dict[str, tuple[Any, ...]] = Field(default_factory=dict)
+    # Bounds written relative to the workload ({"high": "concurrency"}), as in the file; low and
+    # high hold what they resolved to (tuner/search/bounds.py).
+    relative: dict[str, str] = Field(default_factory=dict)
 
     def is_active(self, values: Mapping[str, object]) -> bool:
         """True when every `when` key has been given one of its allowed values."""
@@ -130,6 +133,7 @@ class ParamSpec(BaseModel):
             out["derive"] = self.derive
         else:
             out.update(low=self.low, high=self.high, type=self.kind)
+            out.update(self.relative)
             if self.step is not None:
                 out["step"] = self.step
             if self.log:

@@ -11,10 +11,12 @@ from tuner.bench.workload import WorkloadSpec
 from tuner.engines import sglang
 from tuner.errors import UserError
 from tuner.results.goals import SLO_PATTERN, Slo
+from tuner.search.bounds import BoundError, resolve_bound
 from tuner.search.derive import DeriveError, expression_names
 from tuner.search.space import (
     LATENCY_METRICS,
     THROUGHPUT_METRICS,
+    BenchSettings,
     EngineSpec,
     Objectives,
     ParamSpec,
@@ -53,7 +55,12 @@ def check_space(raw: SpaceFile, default_name: str) -> SearchSpace:
             raise SpaceError(path, "is also in fixed_flags; a flag is either fixed or tuned")
     params: dict[str, ParamSpec] = {}
     for flag in _sampling_order(raw.params):
-        params[flag] = _param_spec(f"params.{flag}", flag, raw.params[flag], params)
+        param = _resolve_relative_bounds(f"params.{flag}", raw.params[flag], raw.bench)
+        spec = _param_spec(f"params.{flag}", flag, param, params)
+        relative = {
+            k: v for k in ("low", "high") if isinstance(v := getattr(raw.params[flag], k), str)
+        }
+        params[flag] = spec.model_copy(update={"relative": relative}) if relative else spec
 
     _check_against_engine(raw.engine, raw.fixed_flags, params)
     _check_workload(raw.workload)
@@ -162,6 +169,23 @@ def _check_flag_name(path: str, flag: str) -> None:
         )
 
 
+def _resolve_relative_bounds(path: str, param: ParamFile, bench: BenchSettings) -> ParamFile:
+    """A range bound written as an expression of the workload, resolved to its number."""
+    numbers = [v for v in (param.low, param.high, param.step) if isinstance(v, int | float)]
+    integer = param.type == "int" or (
+        param.type is None and all(isinstance(v, int) for v in numbers)
+    )
+    update: dict[str, int | float] = {}
+    for key in ("low", "high"):
+        value = getattr(param, key)
+        if isinstance(value, str):
+            try:
+                update[key] = resolve_bound(value, bench, integer)
+            except BoundError as exc:
+                raise SpaceError(f"{path}.{key}", str(exc)) from None
+    return param.model_copy(update=update) if update else param
+
+
 def _param_spec(path: str, flag: str, param: ParamFile, earlier: dict[str, ParamSpec]) -> ParamSpec:
     when = {key: as_tuple(value) for key, value in param.when.items()}
     for key, allowed in when.items():
@@ -208,6 +232,7 @@ def _range_spec(
         missing = "low" if param.low is None else "high"
         raise SpaceError(f"{path}.{missing}", "a range needs both low and high")
     low, high, step = param.low, param.high, param.step
+    assert not isinstance(low, str) and not isinstance(high, str)  # _resolve_relative_bounds
     all_ints = all(isinstance(v, int) for v in (low, high, step) if v is not None)
     kind = param.type or ("int" if all_ints else "float")
     if kind == "int":

@@ -12,6 +12,11 @@ File format (every key but `model_path`, `params` and `workload` is optional)::
       NAME: {low: L, high: H}              # int when L and H are ints, else float
       NAME: {low: L, high: H, step: S}     # stepped; `log: true` for a log scale (no step)
       NAME: {low: 1, high: 8, type: float} # force the number type
+      NAME: {low: 1, high: concurrency}    # a bound relative to the workload: an expression
+                                           # (+ - * / // %, min, max) of `concurrency`
+                                           # (bench.concurrency), resolved at load time; see
+                                           # tuner/search/bounds.py (open loops: give
+                                           # bench.concurrency or a number)
       NAME: {derive: "other + 1"}          # computed from other params: + - * / // %, min, max
       NAME: {..., when: {OTHER: value}}    # only sampled when param OTHER has that value, or one
                                            # of a list of values; all keys must hold

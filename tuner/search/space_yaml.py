@@ -22,8 +22,8 @@ class ParamFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     choices: list[Scalar] | None = None
-    low: Number | None = None
-    high: Number | None = None
+    low: Number | StrictStr | None = None  # a string: a bound relative to the workload (bounds.py)
+    high: Number | StrictStr | None = None
     step: Number | None = None
     log: StrictBool = False
     type: Literal["int", "float"] | None = None

@@ -2,8 +2,10 @@
 
     summary = run_study(StudyOptions(trials=40), on_event=print_event)
 
-Rerunning the same command resumes: the trial budget counts the study's finished trials (COMPLETE
-and PRUNED), so `--trials 40` means "until the study holds 40", whichever worker ran them. A trial
+Rerunning the same command resumes: the trial budget counts the study's measured trials (COMPLETE
+and PRUNED that launched a configuration; tuner/search/budget.py), so `--trials 40` means "until
+the study holds 40 launched configurations", whichever worker ran them. Proposals rejected before
+launch and repeats of a measured configuration are recorded but do not count. A trial
 interrupted by Ctrl-C ends FAIL (it measured nothing), and its configuration is queued again on
 the next run so nothing sampled is lost.
 """
@@ -27,6 +29,7 @@ from tuner.results import record
 from tuner.results.goals import MAXIMIZE, MINIMIZE
 from tuner.results.pareto import Point, pareto_front
 from tuner.results.storage import describe_storage, open_storage
+from tuner.search.budget import NOT_LAUNCHED, RetryCap, counts, measured_count
 from tuner.search.feasibility import CrashModel
 from tuner.search.objective import EventHook, ObjectiveConfig, TrialObjective
 from tuner.search.options import StudyOptions, StudySummary
@@ -96,7 +99,8 @@ def queue_baseline_and_retries(study: optuna.Study) -> None:
 
 
 def finished_count(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=FINISHED))
+    """Trials that count against the budget: finished, and launched a configuration."""
+    return measured_count(study.get_trials(deepcopy=False, states=FINISHED))
 
 
 def open_study(options: StudyOptions) -> tuple[optuna.Study, SearchSpace, str]:
@@ -165,10 +169,13 @@ def run_trials(
     waiting while others' trials run, in case one dies and its trial is queued again.
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    cap = RetryCap()
     while True:
         fail_stale_trials(study)  # RDB storages with heartbeats: requeues dead workers' trials
-        states = Counter(t.state for t in study.get_trials(deepcopy=False))
-        finished = sum(states[s] for s in FINISHED)
+        trials = study.get_trials(deepcopy=False)
+        states = Counter(t.state for t in trials)
+        finished = measured_count(trials)
+        cap.check(trials)
         if finished >= total or (deadline is not None and time.monotonic() > deadline):
             return
         if finished + states[TrialState.RUNNING] >= total and not states[TrialState.WAITING]:
@@ -187,7 +194,7 @@ def _over_budget(study: optuna.Study, number: int, total: int) -> bool:
     ahead = [
         t
         for t in study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING))
-        if t.state != TrialState.RUNNING or t.number < number
+        if counts(t) or (t.state == TrialState.RUNNING and t.number < number)
     ]
     return len(ahead) >= total
 
@@ -227,7 +234,12 @@ def summarize(
     trials = study.get_trials(deepcopy=False)
     counts: dict[str, int] = {}
     for t in trials:
-        counts[t.state.name] = counts.get(t.state.name, 0) + 1
+        key = t.state.name
+        if t.state in FINISHED and record.DUPLICATE_OF in t.user_attrs:
+            key = "REPEATED"  # a measured configuration proposed again: result copied
+        elif t.state in FINISHED and t.user_attrs.get(record.OUTCOME) in NOT_LAUNCHED:
+            key = "SKIPPED"  # rejected before launch; does not count against --trials
+        counts[key] = counts.get(key, 0) + 1
     feasible = [
         t for t in trials if t.state == TrialState.COMPLETE and record.feasible(t.constraints)
     ]

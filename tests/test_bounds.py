@@ -1,0 +1,89 @@
+"""Range bounds relative to the workload (tuner/search/bounds.py) and the honest trial budget
+(tuner/search/budget.py)."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tuner.errors import UserError
+from tuner.results import record
+from tuner.search.budget import RetryCap, SpaceMostlyInfeasible, counts
+from tuner.search.space import SearchSpace
+from tuner.search.study import run_trials
+
+
+def _space(bound: object, bench: dict | None = None) -> dict:
+    return {
+        "model_path": "m",
+        "params": {"max_running_requests": {"low": 1, "high": bound, "log": True}},
+        "workload": {"kind": "random"},
+        "bench": bench or {"concurrency": 16},
+    }
+
+
+def test_a_bound_relative_to_the_client_count_resolves_at_load_time():
+    space = SearchSpace.from_dict(_space("concurrency"))
+    param = space.params["max_running_requests"]
+    assert (param.kind, param.low, param.high) == ("int", 1, 16)
+    # The stored form keeps the relation, and reads back to the same space.
+    assert param.to_dict()["high"] == "concurrency"
+    again = SearchSpace.from_dict(space.to_dict())
+    assert again.to_dict() == space.to_dict()
+    assert (
+        SearchSpace.from_dict(_space("2 * concurrency")).params["max_running_requests"].high == 32
+    )
+
+
+def test_a_relative_bound_follows_the_benchmark():
+    space = SearchSpace.from_dict(_space("concurrency", {"concurrency": 64}))
+    assert space.params["max_running_requests"].high == 64
+
+
+@pytest.mark.parametrize(
+    ("bound", "bench", "expected"),
+    [
+        ("clients", {"concurrency": 16}, "may name only concurrency (it names 'clients')"),
+        ("concurrency", {"concurrency": None, "request_rate": 4}, "open loop at request_rate 4"),
+        ("concurrency", {"concurrency": None}, "no cap on requests in flight"),
+        ("__import__('os')", {"concurrency": 16}, "only min(...) and max(...)"),
+    ],
+)
+def test_a_relative_bound_that_cannot_resolve_names_the_key(bound, bench, expected):
+    with pytest.raises(UserError, match=r"params\.max_running_requests\.high") as err:
+        SearchSpace.from_dict(_space(bound, bench))
+    assert expected in str(err.value)
+
+
+def _objective_skipping(skip_every: int):
+    """A fake objective: every `skip_every`-th proposal is rejected before launch."""
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        x = trial.suggest_int("x", 0, 1000)
+        if trial.number % skip_every == 0:
+            trial.set_user_attr(record.OUTCOME, record.OUTCOME_SKIPPED)
+            trial.set_user_attr(record.FAILURE_MSG, "no KV cache would fit")
+            raise optuna.TrialPruned("skipped")
+        trial.set_user_attr(record.OUTCOME, record.OUTCOME_OK)
+        return float(x), 1.0
+
+    return objective
+
+
+def test_skipped_proposals_do_not_count_against_the_budget():
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    run_trials(study, _objective_skipping(3), total=10)
+    trials = study.get_trials(deepcopy=False)
+    assert sum(counts(t) for t in trials) == 10
+    skipped = [t for t in trials if t.user_attrs.get(record.OUTCOME) == record.OUTCOME_SKIPPED]
+    assert len(skipped) >= 4 and all(t.state == TrialState.PRUNED for t in skipped)
+
+
+def test_a_mostly_infeasible_space_stops_with_a_clear_message():
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    with pytest.raises(SpaceMostlyInfeasible, match=r"mostly infeasible.*no KV cache would fit"):
+        run_trials(study, _objective_skipping(1), total=5)
+    assert len(study.trials) == RetryCap().max_free_in_a_row
