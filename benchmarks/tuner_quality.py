@@ -78,7 +78,10 @@ from optuna.trial import FixedTrial, TrialState
 from tuner.engines import sglang as engine
 from tuner.launcher import LaunchError
 from tuner.results import record
+from tuner.search.budget import is_free
+from tuner.search.estimate import Calibration
 from tuner.search.feasibility import CrashModel
+from tuner.search.guide import make_guide
 from tuner.search.objective import ObjectiveConfig, TrialObjective
 from tuner.search.options import StudyOptions
 from tuner.search.pruning import StagePruner
@@ -88,6 +91,7 @@ from tuner.search.space import ParamSpec, SearchSpace, suggest_flags
 from tuner.search.space_load import default_space_path, load_space
 from tuner.search.study import (
     _ensure_study_attrs,
+    default_trial_params,
     queue_baseline_and_retries,
     quiet_optuna,
     run_trials,
@@ -112,10 +116,34 @@ class Method:
     prune: bool
     feasibility: bool
     baseline: bool = True  # queue sglang's defaults as trial 0, as `tuner optimize` does
+    warm_start: bool = False  # the estimate picks the first trials (tuner/search/guide.py)
+    polish: bool = False  # neighbours of the best trial from trial 24
+    wrong_estimate: bool = False  # bandwidth x0.6, acceptance x0.7, prefix cache ignored
 
 
 METHODS = (
-    Method("default", "TPE + pruning + feasibility (default)", "tpe", True, True),
+    Method(
+        "default",
+        "TPE + warm start + polish + pruning + feasibility (default)",
+        "tpe",
+        True,
+        True,
+        warm_start=True,
+        polish=True,
+    ),
+    Method(
+        "wrong-estimate",
+        "default, estimate wrong (bandwidth x0.6, acceptance x0.7, no prefix cache)",
+        "tpe",
+        True,
+        True,
+        warm_start=True,
+        polish=True,
+        wrong_estimate=True,
+    ),
+    Method("no-warm-start", "default without the warm start", "tpe", True, True, polish=True),
+    Method("no-polish", "default without the polish", "tpe", True, True, warm_start=True),
+    Method("tpe", "TPE + pruning + feasibility (no guide)", "tpe", True, True),
     Method("tpe-no-pruning", "TPE, no pruning", "tpe", False, True),
     Method("tpe-no-feasibility", "TPE, no feasibility model", "tpe", True, False),
     Method("random", "random search", "random", False, False),
@@ -461,7 +489,13 @@ def run_study(
     started = time.perf_counter()
     assert oracle.serve.oracle is not None
     serve = OracleServe(space, seed=seed, noise=noise, oracle=oracle.serve.oracle)
-    options = StudyOptions(engine="sim", seed=seed, prune=method.prune)
+    options = StudyOptions(
+        engine="sim",
+        seed=seed,
+        prune=method.prune,
+        warm_start=method.warm_start,
+        polish=method.polish,
+    )
     model_memory, gpu_gb = memory_inputs(space, options) if method.feasibility else (None, None)
     objective = TrialObjective(
         ObjectiveConfig(
@@ -484,12 +518,20 @@ def run_study(
     )
     _ensure_study_attrs(study, space, options)
     if method.baseline:
-        queue_baseline_and_retries(study)
+        queue_baseline_and_retries(
+            study, default_trial_params(space, options, model_memory, gpu_gb)
+        )
+    guide = make_guide(space, options, *memory_inputs(space, options))
+    if guide is not None and guide.estimator is not None and method.wrong_estimate:
+        guide.estimator.bias = Calibration(0.6, prefill_fraction=1.0, accept_rate=0.7)
+        guide.estimator.calibration = Calibration(prefix_cache=False)
     if nested:
         for params in nested_grid(space)[:budget]:
             study.enqueue_trial(params)
-    run_trials(study, objective, budget)
-    trials = [_log(t, serve, oracle) for t in study.get_trials(deepcopy=False)]
+    run_trials(study, objective, budget, guide=guide)
+    # A budget counts launched configurations (tuner/search/budget.py): proposals rejected
+    # before launch and repeats cost no GPU time and are not among the first N trials.
+    trials = [_log(t, serve, oracle) for t in study.get_trials(deepcopy=False) if not is_free(t)]
     failed = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.FAIL]
     if failed:
         raise RuntimeError(f"{method.name} seed {seed}: trial raised: {failed[0].user_attrs}")

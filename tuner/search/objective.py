@@ -28,7 +28,7 @@ from tuner.results import record
 from tuner.search.feasibility import CrashModel, LaunchObservation, ModelMemory, estimate_memory
 from tuner.search.pruning import StagePoint, StagePruner
 from tuner.search.serve import LaunchAndBench, LaunchTarget, Serve, StageHook
-from tuner.search.space import SearchSpace, suggest_flags
+from tuner.search.space import SearchSpace, suggest_flags, suggest_queued
 
 EventHook = Callable[[str, dict[str, Any]], None]
 
@@ -131,7 +131,13 @@ class TrialObjective:
         is_default = bool(trial.user_attrs.get(record.IS_DEFAULT, False))
         if is_default and _default_already_taken(trial):
             is_default = False  # two workers queued the baseline at once: run it only once
-        tuned = {} if is_default else suggest_flags(trial, space)
+        if is_default:
+            # sglang's defaults: nothing passed; the queued params (tuner/search/baseline.py) only
+            # tell the sampler where this configuration sits.
+            suggest_queued(trial, space)
+            tuned: dict[str, Any] = {}
+        else:
+            tuned = suggest_flags(trial, space)
         flags: dict[str, Any] = {
             "model_path": space.model_path,
             **space.fixed_flags,

@@ -31,6 +31,8 @@ class StudyOptions:
     tp_size: int = 1  # GPUs per server (sglang --tp-size)
     pruner: StagePrunerConfig | None = None  # None: the defaults of StagePrunerConfig
     heartbeat_s: int = 10  # PostgreSQL / MySQL storages: heartbeat of running trials
+    warm_start: bool = True  # the estimate picks the first trials (tuner/search/guide.py)
+    polish: bool = True  # late neighbours of the best trial (tuner/search/guide.py)
 
 
 @dataclass

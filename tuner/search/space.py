@@ -202,6 +202,18 @@ def suggest_flags(trial: optuna.Trial, space: SearchSpace) -> dict[str, object]:
     return values
 
 
+def suggest_queued(trial: optuna.Trial, space: SearchSpace) -> dict[str, object]:
+    """Record the params a queued trial was given (`study.enqueue_trial`), in sampling order, and
+    sample nothing else: the default trial's params (tuner/search/baseline.py)."""
+    # Optuna keeps a queued trial's values in its system attrs (Trial has no public accessor).
+    fixed = getattr(trial, "_fixed_params", None) or {}
+    values: dict[str, object] = {}
+    for spec in space.params.values():
+        if spec.name in fixed and spec.kind != "derived" and spec.is_active(values):
+            values[spec.name] = spec.suggest(trial, values)
+    return values
+
+
 def same_value(a: object, b: object) -> bool:
     # In Python True == 1; a condition `when: {x: true}` must not match x = 1.
     if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:

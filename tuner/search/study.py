@@ -29,8 +29,10 @@ from tuner.results import record
 from tuner.results.goals import MAXIMIZE, MINIMIZE
 from tuner.results.pareto import Point, pareto_front
 from tuner.results.storage import describe_storage, open_storage
+from tuner.search.baseline import baseline_params
 from tuner.search.budget import NOT_LAUNCHED, RetryCap, counts, measured_count
-from tuner.search.feasibility import CrashModel
+from tuner.search.feasibility import CrashModel, ModelMemory, estimate_memory
+from tuner.search.guide import Guide, make_guide
 from tuner.search.objective import EventHook, ObjectiveConfig, TrialObjective
 from tuner.search.options import StudyOptions, StudySummary
 from tuner.search.pruning import StagePruner
@@ -80,11 +82,12 @@ def _ensure_study_attrs(study: optuna.Study, space: SearchSpace, options: StudyO
         )
 
 
-def queue_baseline_and_retries(study: optuna.Study) -> None:
+def queue_baseline_and_retries(study: optuna.Study, baseline: dict[str, Any] | None = None) -> None:
+    """`baseline`: the default trial's params (tuner/search/baseline.py); it launches no flag."""
     trials = study.get_trials(deepcopy=False)
     if not any(t.user_attrs.get(record.IS_DEFAULT) for t in trials):
         # sglang's defaults, no tuned flag: every result is compared with it.
-        study.enqueue_trial({}, user_attrs={record.IS_DEFAULT: True})
+        study.enqueue_trial(baseline or {}, user_attrs={record.IS_DEFAULT: True})
     retried = {t.user_attrs.get(record.RETRY_OF) for t in trials}
     for t in trials:
         if (
@@ -144,15 +147,33 @@ def run_study(options: StudyOptions, on_event: EventHook | None = None) -> Study
             extra_flags={"tp_size": options.tp_size} if options.tp_size > 1 else {},
         )
     )
-    queue_baseline_and_retries(study)
+    queue_baseline_and_retries(study, default_trial_params(space, options, model_memory, gpu_gb))
     if on_event:
         on_event("start", {"study": name, "done": finished_count(study), "total": options.trials})
     interrupted = False
     try:
-        run_trials(study, objective, options.trials, options.timeout_s)
+        guide = make_guide(space, options, model_memory, gpu_gb)
+        run_trials(study, objective, options.trials, options.timeout_s, guide=guide)
     except KeyboardInterrupt:
         interrupted = True
     return summarize(study, study_dir, options, interrupted)
+
+
+def default_trial_params(
+    space: SearchSpace,
+    options: StudyOptions,
+    model_memory: ModelMemory | None,
+    gpu_gb: float | None,
+) -> dict[str, Any]:
+    """sglang's defaults as the space's params, with the memory estimate's automatic values."""
+    estimate = None
+    if model_memory is not None and gpu_gb:
+        flags = {
+            **space.fixed_flags,
+            **({"tp_size": options.tp_size} if options.tp_size > 1 else {}),
+        }
+        estimate = estimate_memory(flags, model_memory, gpu_gb, version=space.engine_version)
+    return baseline_params(space, estimate)
 
 
 def run_trials(
@@ -161,6 +182,7 @@ def run_trials(
     total: int,
     timeout_s: float | None = None,
     poll_s: float = 1.0,
+    guide: Guide | None = None,
 ) -> None:
     """Run trials until the study holds `total` finished ones, whoever runs them.
 
@@ -181,6 +203,8 @@ def run_trials(
         if finished + states[TrialState.RUNNING] >= total and not states[TrialState.WAITING]:
             time.sleep(poll_s)
             continue
+        if guide is not None:
+            guide.before_ask(study)  # may queue a trial of its own (tuner/search/guide.py)
         trial = study.ask()
         if _over_budget(study, trial.number, total):
             # Another worker asked at the same moment; the later trial number steps back.

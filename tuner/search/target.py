@@ -87,6 +87,23 @@ def memory_inputs(
     return ModelMemory.from_hf_config(read_config(config_dir)), gpu_gb
 
 
+def gpu_name(space: SearchSpace, options: StudyOptions) -> str | None:
+    """The GPU's device name as NVML reports it (the simulator reports its modelled GPU's)."""
+    if options.engine == "sim":
+        name = _describe_simulator(launch_target(space, options), space.model_path).get("gpu_name")
+        return str(name) if name else None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        index = int((options.gpus or "0").split(",")[0])
+        raw = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
+        pynvml.nvmlShutdown()
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
+    except Exception:
+        return None
+
+
 def _describe_simulator(target: LaunchTarget, model_path: str | None) -> dict[str, Any]:
     argv = [sys.executable, "-m", target.module, *target.extra_args, "--sim-describe"]
     argv += ["--model-path", model_path] if model_path else []

@@ -219,6 +219,8 @@ def describe(
     else:
         config_dir = model_config_dir(None)
     return {
+        # The device name, as NVML reports a real GPU's (the tuner looks up public specs by it).
+        "gpu_name": hw.description.split(",")[0].strip(),
         "gpu_memory_gb": hw.gpu_memory_gib * GIB / 1e9,
         "runtime_overhead_gb": hw.runtime_overhead_gib * GIB / 1e9,
         "host_ram_gb": hw.host_ram_gib * GIB / 1e9,

@@ -1,0 +1,130 @@
+"""The default trial's params, the GPU spec table, the performance estimate and the guide
+(tuner/search/baseline.py, gpu_specs.py, estimate.py, guide.py)."""
+
+from __future__ import annotations
+
+import random
+
+import optuna
+import pytest
+
+from tuner.engines.model_config import ModelMemory
+from tuner.results import record
+from tuner.search.baseline import baseline_params
+from tuner.search.estimate import Calibration, Estimator, Observation
+from tuner.search.feasibility import estimate_memory
+from tuner.search.gpu_specs import gpu_spec
+from tuner.search.guide import GUIDED_BY, Guide, GuideConfig, neighbours, random_params
+from tuner.search.space import suggest_queued
+from tuner.search.space_load import load_space
+from tuner.search.study import run_trials
+
+# Qwen3-8B-like shape: 16.4 GB of bf16 weights, 36 layers x 8 KV heads x 128 x 2 x 2 bytes.
+MODEL = ModelMemory(weight_bytes=16.4e9, kv_bytes_per_token=36 * 8 * 128 * 2 * 2)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA H200 SXM", "H200"),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "RTX PRO 6000 Blackwell"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40S", "L40S"),
+    ],
+)
+def test_gpu_names_as_nvml_gives_them_find_their_specs(name, expected):
+    spec = gpu_spec(name)
+    assert spec is not None and spec.name == expected
+
+
+def test_an_unknown_gpu_has_no_spec():
+    assert gpu_spec("Radeon Instinct MI300X") is None and gpu_spec(None) is None
+
+
+def test_the_default_trial_gets_sglangs_defaults_as_params():
+    space = load_space("qwen3-8b-h200")
+    estimate = estimate_memory({}, MODEL, 150.0)
+    params = baseline_params(space, estimate)
+    assert params["schedule_policy"] == "fcfs"  # the parser's default
+    assert params["cuda_graph_max_bs_decode"] is None  # not passed
+    assert params["enable_hierarchical_cache"] is False
+    assert "hicache_ratio" not in params  # inactive with HiCache off
+    assert params["max_running_requests"] == 64  # sglang's cap, clipped to the client count
+    assert 0.70 <= params["mem_fraction_static"] <= 0.95
+    # Every unconditional param is there, so Optuna's intersection search space is not empty.
+    assert {n for n, p in space.params.items() if not p.when} <= set(params)
+
+
+def test_the_default_trial_records_its_params_and_launches_no_flag():
+    space = load_space("qwen3-8b-h200")
+    params = baseline_params(space, estimate_memory({}, MODEL, 150.0))
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.enqueue_trial(params)
+    trial = study.ask()
+
+    assert suggest_queued(trial, space) == params
+    assert trial.params == params
+
+
+def _estimator(**calibration) -> Estimator:
+    space = load_space("qwen3-8b-h200")
+    gpu = gpu_spec("NVIDIA H200")
+    assert gpu is not None
+    return Estimator(space, MODEL, gpu, 150.0, Calibration(**calibration))
+
+
+def test_the_estimate_prefers_more_running_requests_and_the_prefix_cache():
+    est = _estimator()
+    few = est.predict({"max_running_requests": 8})
+    many = est.predict({"max_running_requests": 64})
+    assert many.throughput > 2 * few.throughput and few.tpot_ms < many.tpot_ms
+    blind = _estimator(prefix_cache=False).predict({"max_running_requests": 64})
+    assert blind.throughput < many.throughput
+
+
+def test_the_estimate_refits_bandwidth_to_measurements():
+    truth = _estimator(bandwidth_fraction=0.4)
+    flags = [{"max_running_requests": n} for n in (4, 16, 64)]
+    observations = [
+        Observation(f, p.throughput, p.tpot_ms, p.running, None)
+        for f in flags
+        for p in [truth.predict(f)]
+    ]
+    est = _estimator(bandwidth_fraction=0.9)
+    est.fit(observations)
+    assert est.calibration.bandwidth_fraction == pytest.approx(0.4)
+
+
+def test_neighbours_move_one_param_one_step():
+    space = load_space("qwen3-8b-h200")
+    best = random_params(space, random.Random(1))
+    moves = neighbours(space, best, random.Random(2))
+    assert moves
+    for move in moves:
+        changed = [k for k in best if k in move and move[k] != best[k]]
+        assert len(changed) <= 1
+
+
+def _fake_objective(trial: optuna.Trial) -> tuple[float, float]:
+
+    x = trial.suggest_int("max_running_requests", 4, 64, log=True)
+    trial.set_user_attr(record.OUTCOME, record.OUTCOME_OK)
+    trial.set_user_attr(record.FLAGS, {"max_running_requests": x})
+    trial.set_user_attr(record.METRICS, {"output_throughput": float(x), "median_tpot_ms": 10.0})
+    trial.set_constraint("launch", 0.0)
+    return float(x), 10.0
+
+
+def test_the_guide_queues_its_warm_start_then_polishes():
+    space = load_space("qwen3-8b-h200")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        directions=["maximize", "minimize"], sampler=optuna.samplers.RandomSampler(seed=0)
+    )
+    guide = Guide(space, _estimator(), GuideConfig(warm_start=2, polish_from=5), seed=0)
+    run_trials(study, _fake_objective, 9, guide=guide)
+    rules = [t.user_attrs.get(GUIDED_BY) for t in study.trials]
+    assert rules[1:3] == ["estimate", "estimate"]
+    assert "polish" in rules[5:]

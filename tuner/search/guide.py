@@ -1,0 +1,311 @@
+"""Trials the study chooses itself, between the sampler's: a model-guided start and a late polish.
+
+    guide = Guide(space, estimator, seed=0)       # estimator None: polish only
+    run_trials(study, objective, 40, guide=guide)
+
+- **Warm start** (needs an `Estimator`, tuner/search/estimate.py): the `warm_start` trials after
+  sglang's defaults are the estimate's best configurations not yet tried, each chosen after the
+  estimate was refitted to everything measured so far (bandwidth fraction, prefill cost,
+  speculative acceptance). The sampler then explores, and sees these trials like its own.
+- **Polish** (from `polish_from` measured trials on, every `polish_every`-th trial): a one-step
+  neighbour of the best SLO-feasible trial (one categorical switched, or one number moved by a
+  step of about a tenth of its range), the neighbour the estimate ranks first when there is one,
+  else a random one. TPE converges slowly on the last few per cent; a neighbour search does not.
+
+A guided trial is an ordinary queued trial (`study.enqueue_trial`): it is checked, skipped, or
+launched and measured as any other, and counts against the budget the same way. Its user attr
+`guided_by` says which rule chose it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.engines.model_config import ModelMemory
+from tuner.results import record
+from tuner.search.budget import measured_count
+from tuner.search.derive import evaluate
+from tuner.search.estimate import Estimator, Observation
+from tuner.search.gpu_specs import gpu_spec, known_gpus
+from tuner.search.options import StudyOptions
+from tuner.search.space import ParamSpec, SearchSpace, same_value
+from tuner.search.target import gpu_name
+
+_log = logging.getLogger(__name__)
+
+GUIDED_BY = "guided_by"  # trial user attr: "estimate" or "polish"
+
+
+@dataclass(frozen=True)
+class GuideConfig:
+    warm_start: int = 4  # trials after the default picked by the estimate (0: none)
+    polish_from: int = 24  # measured trials before the polish starts (0: never)
+    polish_every: int = 2  # then one trial in this many is a neighbour of the best
+    candidates: int = 3000  # random configurations the estimate ranks
+
+
+class Guide:
+    def __init__(
+        self,
+        space: SearchSpace,
+        estimator: Estimator | None,
+        config: GuideConfig | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.space = space
+        self.estimator = estimator
+        self.config = config or GuideConfig()
+        self.rng = random.Random(seed)
+        self._candidates: list[dict[str, Any]] | None = None
+        self._fitted_on = -1
+
+    # -- the hook --------------------------------------------------------------------------
+
+    def before_ask(self, study: optuna.Study) -> None:
+        """Queue the next guided trial, if the next trial is one; called before `study.ask`."""
+        trials = study.get_trials(deepcopy=False)
+        if any(t.state == TrialState.WAITING for t in trials):
+            return  # the baseline or a retry goes first
+        measured = measured_count(trials)
+        if measured == 0:
+            return
+        cfg = self.config
+        tried = {_key(t.params) for t in trials}
+        guided = sum(1 for t in trials if t.user_attrs.get(GUIDED_BY) == "estimate")
+        if self.estimator is not None and guided < cfg.warm_start and measured <= cfg.warm_start:
+            self._refit(trials)
+            params = self._best_candidate(tried)
+            if params is not None:
+                self._enqueue(study, params, "estimate")
+            return
+        polish_turn = (measured - cfg.polish_from) % max(cfg.polish_every, 1) == 0
+        if cfg.polish_from and measured >= cfg.polish_from and polish_turn:
+            params = self._polish(trials, tried)
+            if params is not None:
+                self._enqueue(study, params, "polish")
+
+    # -- the estimate ----------------------------------------------------------------------
+
+    def _refit(self, trials: list[FrozenTrial]) -> None:
+        assert self.estimator is not None
+        done = [t for t in trials if t.state == TrialState.COMPLETE]
+        if len(done) == self._fitted_on:
+            return
+        self._fitted_on = len(done)
+        observations = []
+        for t in done:
+            metrics = t.user_attrs.get(record.METRICS) or {}
+            capacity = t.user_attrs.get(record.CAPACITY) or {}
+            if record.DUPLICATE_OF in t.user_attrs:
+                continue
+            observations.append(
+                Observation(
+                    flags=t.user_attrs.get(record.FLAGS) or {},
+                    throughput=float(metrics.get("output_throughput") or 0.0),
+                    tpot_ms=float(metrics.get("median_tpot_ms") or math.nan),
+                    running=capacity.get("max_running_requests"),
+                    accept_length=metrics.get("accept_length") or None,
+                )
+            )
+        self.estimator.fit(observations)
+
+    def _flags(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "model_path": self.space.model_path,
+            **self.space.fixed_flags,
+            **complete_flags(self.space, params),
+        }
+
+    def _best_candidate(self, tried: set[tuple[Any, ...]]) -> dict[str, Any] | None:
+        assert self.estimator is not None
+        if self._candidates is None:
+            self._candidates = [
+                random_params(self.space, self.rng) for _ in range(self.config.candidates)
+            ]
+        best, best_score = None, -math.inf
+        for params in self._candidates:
+            if _key(params) in tried:
+                continue
+            score = self.estimator.score(self._flags(params))
+            if score > best_score:
+                best, best_score = params, score
+        return best
+
+    # -- the polish ------------------------------------------------------------------------
+
+    def _polish(
+        self, trials: list[FrozenTrial], tried: set[tuple[Any, ...]]
+    ) -> dict[str, Any] | None:
+        feasible = [
+            t
+            for t in trials
+            if t.state == TrialState.COMPLETE and t.values and record.feasible(t.constraints)
+        ]
+        if not feasible:
+            return None
+        best = max(feasible, key=lambda t: t.values[0])
+        options = [n for n in neighbours(self.space, best.params, self.rng) if _key(n) not in tried]
+        if not options:
+            return None
+        if self.estimator is not None:
+            self._refit(trials)
+            estimator = self.estimator
+            return max(options, key=lambda n: estimator.score(self._flags(n)))
+        return self.rng.choice(options)
+
+    def _enqueue(self, study: optuna.Study, params: dict[str, Any], rule: str) -> None:
+        study.enqueue_trial(params, user_attrs={GUIDED_BY: rule}, skip_if_exists=False)
+
+
+# ---- configurations of the space, without Optuna ------------------------------------------
+
+
+def random_params(space: SearchSpace, rng: random.Random) -> dict[str, Any]:
+    """One configuration drawn uniformly (log-uniformly for log ranges), conditions honoured."""
+    values: dict[str, Any] = {}
+    for spec in space.params.values():
+        if not spec.is_active(values):
+            continue
+        if spec.kind == "derived":
+            values[spec.name] = evaluate(spec.derive or "", values)
+        elif spec.kind == "categorical":
+            values[spec.name] = rng.choice(list(spec.choices or ()))
+        else:
+            values[spec.name] = _snap(spec, _draw(spec, rng))
+    return {k: v for k, v in values.items() if space.params[k].kind != "derived"}
+
+
+def complete_flags(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The flags a trial with these params passes: active params, derived ones computed."""
+    values: dict[str, Any] = {}
+    for spec in space.params.values():
+        if not spec.is_active(values):
+            continue
+        if spec.kind == "derived":
+            values[spec.name] = evaluate(spec.derive or "", values)
+        elif spec.name in params:
+            values[spec.name] = params[spec.name]
+    return values
+
+
+def neighbours(
+    space: SearchSpace, params: Mapping[str, Any], rng: random.Random
+) -> list[dict[str, Any]]:
+    """One-step moves from `params`: each categorical to each other choice, each number up and
+    down by about a tenth of its range (at least one step). Params a move makes active get a
+    random value."""
+    out: list[dict[str, Any]] = []
+    for name, value in params.items():
+        spec = space.params.get(name)
+        if spec is None or spec.kind == "derived":
+            continue
+        moves: list[Any] = []
+        if spec.kind == "categorical":
+            moves = [c for c in spec.choices or () if not same_value(c, value)]
+        else:
+            for direction in (-1, 1):
+                moved = _step(spec, float(value), direction)
+                if moved != value:
+                    moves.append(moved)
+        for moved in moves:
+            candidate = {**params, name: moved}
+            out.append(_fill(space, candidate, rng))
+    return out
+
+
+def _fill(space: SearchSpace, params: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for spec in space.params.values():
+        if not spec.is_active(values):
+            continue
+        if spec.kind == "derived":
+            values[spec.name] = evaluate(spec.derive or "", values)
+        elif spec.name in params:
+            values[spec.name] = params[spec.name]
+        elif spec.kind == "categorical":
+            values[spec.name] = rng.choice(list(spec.choices or ()))
+        else:
+            values[spec.name] = _snap(spec, _draw(spec, rng))
+    return {k: v for k, v in values.items() if space.params[k].kind != "derived"}
+
+
+def _draw(spec: ParamSpec, rng: random.Random) -> float:
+    low, high = float(spec.low or 0), float(spec.high or 0)
+    if spec.log:
+        return math.exp(rng.uniform(math.log(low), math.log(high)))
+    return rng.uniform(low, high)
+
+
+def _step(spec: ParamSpec, value: float, direction: int) -> Any:
+    low, high = float(spec.low or 0), float(spec.high or 0)
+    if spec.log:
+        moved = value * (1.25 if direction > 0 else 0.8)
+        if spec.kind == "int" and round(moved) == round(value):
+            moved = value + direction
+    else:
+        unit = float(spec.step or (1 if spec.kind == "int" else 0))
+        span = (high - low) / 10
+        if unit:
+            span = max(unit, round(span / unit) * unit)
+        moved = value + direction * span
+    return _snap(spec, min(max(moved, low), high))
+
+
+def _snap(spec: ParamSpec, value: float) -> Any:
+    low, high = float(spec.low or 0), float(spec.high or 0)
+    if spec.step:
+        step = float(spec.step)
+        value = low + round((value - low) / step) * step
+        value = min(max(value, low), high)
+        if spec.kind == "float":
+            text = f"{step:.10f}".rstrip("0")
+            return round(value, len(text.split(".")[1]) if "." in text else 0)
+    if spec.kind == "int":
+        return int(min(max(round(value), low), high))
+    return float(value)
+
+
+def _key(params: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(sorted((k, repr(v)) for k, v in params.items()))
+
+
+def make_guide(
+    space: SearchSpace,
+    options: StudyOptions,
+    model_memory: ModelMemory | None,
+    gpu_memory_gb: float | None,
+) -> Guide | None:
+    """The study's guide: warm start when the estimate has its inputs, polish unless turned off.
+
+    The estimate needs the model's config.json (model_memory) and a GPU in the spec table; when
+    either is missing the study says so once and runs without the warm start."""
+    if not options.warm_start and not options.polish:
+        return None
+    estimator = None
+    if options.warm_start:
+        name = gpu_name(space, options)
+        spec = gpu_spec(name)
+        if spec is None:
+            _log.warning(
+                "GPU %r is not in the spec table (tuner/search/gpu_specs.py: %s): no "
+                "model-guided start; the study runs on the sampler alone",
+                name,
+                ", ".join(known_gpus()),
+            )
+        elif model_memory is None:
+            _log.warning("no config.json for %s: no model-guided start", space.model_path)
+        else:
+            estimator = Estimator(space, model_memory, spec, gpu_memory_gb or spec.memory_gb)
+    config = GuideConfig(
+        warm_start=GuideConfig.warm_start if estimator is not None else 0,
+        polish_from=GuideConfig.polish_from if options.polish else 0,
+    )
+    return Guide(space, estimator, config, seed=options.seed)
