@@ -79,6 +79,14 @@ def optimize(
         "--feasibility/--no-feasibility",
         help="Skip configurations predicted not to fit or to crash.",
     ),
+    warm_start: bool = typer.Option(
+        True,
+        "--warm-start/--no-warm-start",
+        help="First trials after the default from a performance estimate (known GPUs).",
+    ),
+    polish: bool = typer.Option(
+        True, "--polish/--no-polish", help="From trial 24, try neighbours of the best trial."
+    ),
     gpus: str | None = typer.Option(
         None, "--gpus", help="CUDA_VISIBLE_DEVICES for the server, e.g. 0,1."
     ),
@@ -124,6 +132,8 @@ def optimize(
         sampler=sampler,
         prune=prune,
         feasibility=feasibility,
+        warm_start=warm_start,
+        polish=polish,
         studies_dir=studies_dir,
         gpus=gpus,
         gpu_memory_gb=gpu_memory_gb,
