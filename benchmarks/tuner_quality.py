@@ -121,15 +121,17 @@ class Method:
     wrong_estimate: bool = False  # bandwidth x0.6, acceptance x0.7, prefix cache ignored
 
 
+_DEFAULTS = StudyOptions()  # what `tuner optimize` does without options
+
 METHODS = (
     Method(
         "default",
         "TPE + warm start + polish + pruning + feasibility (default)",
-        "tpe",
-        True,
-        True,
-        warm_start=True,
-        polish=True,
+        _DEFAULTS.sampler,
+        _DEFAULTS.prune,
+        _DEFAULTS.feasibility,
+        warm_start=_DEFAULTS.warm_start,
+        polish=_DEFAULTS.polish,
     ),
     Method(
         "wrong-estimate",
@@ -144,8 +146,10 @@ METHODS = (
     Method("no-warm-start", "default without the warm start", "tpe", True, True, polish=True),
     Method("no-polish", "default without the polish", "tpe", True, True, warm_start=True),
     Method("tpe", "TPE + pruning + feasibility (no guide)", "tpe", True, True),
-    Method("tpe-no-pruning", "TPE, no pruning", "tpe", False, True),
-    Method("tpe-no-feasibility", "TPE, no feasibility model", "tpe", True, False),
+    Method("tpe-no-pruning", "default, no pruning", "tpe", False, True, True, True, True),
+    Method(
+        "tpe-no-feasibility", "default, no feasibility model", "tpe", True, False, True, True, True
+    ),
     Method("random", "random search", "random", False, False),
     Method("grid", "grid sweep (nested loops, file order)", "grid-nested", False, False, False),
     Method("grid-shuffled", "grid, shuffled (--sampler grid)", "grid", False, False),

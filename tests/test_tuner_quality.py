@@ -15,7 +15,18 @@ from chromium_helper import CHROMIUM
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 SCRIPT = BENCHMARKS / "tuner_quality.py"
-METHODS = ("default", "tpe-no-pruning", "tpe-no-feasibility", "random", "grid", "grid-shuffled")
+METHODS = (
+    "default",
+    "wrong-estimate",
+    "no-warm-start",
+    "no-polish",
+    "tpe",
+    "tpe-no-pruning",
+    "tpe-no-feasibility",
+    "random",
+    "grid",
+    "grid-shuffled",
+)
 
 
 def _can_plot() -> bool:

@@ -6,7 +6,9 @@
 - **Warm start** (needs an `Estimator`, tuner/search/estimate.py): the `warm_start` trials after
   sglang's defaults are the estimate's best configurations not yet tried, each chosen after the
   estimate was refitted to everything measured so far (bandwidth fraction, prefill cost,
-  speculative acceptance). The sampler then explores, and sees these trials like its own.
+  speculative acceptance, and a correction per categorical value). Until the polish starts, one
+  trial in `estimate_every` is again the refitted estimate's best untried configuration. The
+  sampler explores the others, and sees the guided trials like its own.
 - **Polish** (from `polish_from` measured trials on, every `polish_every`-th trial): a one-step
   neighbour of the best SLO-feasible trial (one categorical switched, or one number moved by a
   step of about a tenth of its range), the neighbour the estimate ranks first when there is one,
@@ -49,6 +51,7 @@ class GuideConfig:
     warm_start: int = 4  # trials after the default picked by the estimate (0: none)
     polish_from: int = 24  # measured trials before the polish starts (0: never)
     polish_every: int = 2  # then one trial in this many is a neighbour of the best
+    estimate_every: int = 4  # between the two, one trial in this many is the estimate's (0: none)
     candidates: int = 3000  # random configurations the estimate ranks
 
 
@@ -80,7 +83,16 @@ class Guide:
         cfg = self.config
         tried = {_key(t.params) for t in trials}
         guided = sum(1 for t in trials if t.user_attrs.get(GUIDED_BY) == "estimate")
-        if self.estimator is not None and guided < cfg.warm_start and measured <= cfg.warm_start:
+        warm = guided < cfg.warm_start and measured <= cfg.warm_start
+        # Between the warm start and the polish, one trial in `estimate_every` is the refitted
+        # estimate's best untried configuration; the sampler explores the others.
+        later = (
+            cfg.estimate_every > 0
+            and measured > cfg.warm_start
+            and (not cfg.polish_from or measured < cfg.polish_from)
+            and measured % cfg.estimate_every == 0
+        )
+        if self.estimator is not None and (warm or later):
             self._refit(trials)
             params = self._best_candidate(tried)
             if params is not None:
@@ -113,6 +125,7 @@ class Guide:
                     tpot_ms=float(metrics.get("median_tpot_ms") or math.nan),
                     running=capacity.get("max_running_requests"),
                     accept_length=metrics.get("accept_length") or None,
+                    params=dict(t.params),
                 )
             )
         self.estimator.fit(observations)
