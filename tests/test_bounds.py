@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import io
+
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -87,3 +89,18 @@ def test_a_mostly_infeasible_space_stops_with_a_clear_message():
     with pytest.raises(SpaceMostlyInfeasible, match=r"mostly infeasible.*no KV cache would fit"):
         run_trials(study, _objective_skipping(1), total=5)
     assert len(study.trials) == RetryCap().max_free_in_a_row
+
+
+def test_the_live_display_shows_skips_and_repeats_apart_from_the_trial_count():
+    from rich.console import Console
+
+    from tuner.progress import OptimizeDisplay
+
+    display = OptimizeDisplay(Console(file=io.StringIO()), 40, "tok/s", "ms")
+    display("start", {"done": 0})
+    display("completed", {"number": 0, "throughput": 10.0, "latency": 5.0})
+    display("failed", {"number": 1, "outcome": record.OUTCOME_SKIPPED, "message": "no KV"})
+    display("completed", {"number": 2, "throughput": 10.0, "latency": 5.0, "duplicate": True})
+    assert display.finished == 1
+    assert display.counts["skipped"] == 1 and display.counts["repeated"] == 1
+    assert "skipped 1  repeated 1" in display.render().renderables[0].plain
