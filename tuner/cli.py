@@ -352,10 +352,7 @@ def dashboard_command(
 
     def ready(address: DashboardAddress) -> None:
         typer.echo(f"optuna-dashboard: {address.study_url or address.url}")
-        typer.echo(
-            "Feasibility: trust `tuner report`, not the dashboard (it ignores the tuner's "
-            "constraints). Ctrl-C stops."
-        )
+        typer.echo("Ctrl-C stops.")
 
     def stop(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt

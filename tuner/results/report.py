@@ -1,8 +1,7 @@
 """One offline HTML page per study: the Pareto front, history, importance, flags and a verdict.
 
 The page embeds plotly.js once and loads nothing from the network, so it can be mailed, opened
-from a file share, or read on an air-gapped GPU box. It is the authority on feasibility (see
-docs/design.md: optuna-dashboard 0.21 ignores the per-key constraints the tuner records).
+from a file share, or read on an air-gapped GPU box.
 
 Example:
     >>> write_report(None, "qwen-mtp")  # doctest: +SKIP
@@ -228,12 +227,6 @@ def render_page(
 <p class="meta">Engine: {e(engine)} · sglang {e(version)} · objectives: {e(objectives)}
 · SLOs: {e(slos)} · {len(trials)} trials: {e(counts_text or "none")}</p>
 <p class="verdict" id="verdict">{e(analysis.verdict.text)}</p>
-<p class="note" id="authority"><b>This report, not optuna-dashboard, is the authority on
-feasibility.</b> A trial is feasible here only when it served the whole benchmark, every
-constraint it recorded (launch, SLOs) is &le; 0 and its metrics meet the study's SLOs.
-optuna-dashboard 0.21 reads only Optuna's old list-style <code>constraints</code> attribute, not
-the per-key constraints the tuner records, so it may draw a trial that broke an SLO, or a pruned
-one, as Pareto-optimal.</p>
 {sim_note}
 <h2>Pareto front</h2>
 <p>Each trial that served the benchmark is placed by its measured {e(latency)} and total

@@ -190,7 +190,9 @@ def record_from_trial(trial: FrozenTrial, meta: StudyMeta) -> TrialRecord:
     if not metrics and trial.state == TrialState.COMPLETE and trial.values:
         # A study written without the tuner's attrs: its values are the objective metrics.
         metrics = {o.metric: v for o, v in zip(meta.objectives, trial.values, strict=False)}
-    constraints = _merged_constraints(trial.constraints, attrs.get(record.CONSTRAINTS))
+    constraints = _merged_constraints(
+        record.named_constraints(trial.constraints), attrs.get(record.CONSTRAINTS)
+    )
     outcome = attrs.get(record.OUTCOME)
     return TrialRecord(
         number=trial.number,
