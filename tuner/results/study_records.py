@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -232,6 +232,26 @@ def is_candidate(trial: TrialRecord, meta: StudyMeta, extra_slos: Iterable[Slo] 
     if trial.category is not Category.FEASIBLE or trial.objective_values(meta) is None:
         return False
     return all(slo.satisfied_by(trial.metrics) for slo in extra_slos)
+
+
+def with_slos(
+    meta: StudyMeta, trials: Sequence[TrialRecord], slos: Sequence[Slo]
+) -> tuple[StudyMeta, list[TrialRecord]]:
+    """The study judged by other SLOs (`tuner export --slo`): its own `slo:*` constraints are
+    replaced by the new limits' graded violations, and each trial is classified again."""
+    judged = replace(meta, slos=tuple(slos))
+    out = []
+    for t in trials:
+        constraints = {k: v for k, v in t.constraints.items() if not k.startswith("slo:")}
+        for slo in slos:
+            value = t.metric(slo.metric)
+            constraints[f"slo:{slo.metric}"] = 1.0 if value is None else slo.violation(value)
+        category = t.category
+        if t.served_benchmark:
+            state = TrialState[t.state]
+            category = classify(state, t.outcome, constraints, t.metrics, judged)
+        out.append(replace(t, constraints=constraints, category=category))
+    return judged, out
 
 
 def counts_by_category(trials: Sequence[TrialRecord]) -> dict[Category, int]:
