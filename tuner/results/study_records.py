@@ -19,6 +19,7 @@ from enum import StrEnum
 from typing import Any
 
 import optuna
+from optuna.distributions import CategoricalDistribution
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
@@ -85,6 +86,7 @@ class TrialRecord:
     failure_message: str | None = None
     pruned: dict[str, Any] = field(default_factory=dict)
     prediction: dict[str, Any] = field(default_factory=dict)
+    choices: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # of categorical params
 
     def metric(self, name: str) -> float | None:
         return as_float(self.metrics.get(name))
@@ -210,6 +212,11 @@ def record_from_trial(trial: FrozenTrial, meta: StudyMeta) -> TrialRecord:
         failure_message=attrs.get(record.FAILURE_MSG),
         pruned=dict(attrs.get(record.PRUNED) or {}),
         prediction=dict(attrs.get(record.PREDICTION) or {}),
+        choices={
+            name: tuple(d.choices)
+            for name, d in trial.distributions.items()
+            if isinstance(d, CategoricalDistribution)
+        },
     )
 
 
