@@ -150,6 +150,9 @@ def _dashboard_front(trials: list[dict]) -> set[int]:
 
 
 def test_optuna_dashboard_api_marks_slo_violations_and_pruned_trials_infeasible(tmp_path):
+    from pathlib import Path
+
+    import optuna_dashboard
     from fixture_studies import PARETO
     from optuna_dashboard import wsgi
 
@@ -170,6 +173,9 @@ def test_optuna_dashboard_api_marks_slo_violations_and_pruned_trials_infeasible(
     assert trials[1]["state"] == "Complete"
     for number in (1, 4, 6):
         assert any(c > 0 for c in trials[number]["constraints"]), trials[number]
+    # The rule _dashboard_front mirrors, as the dashboard's front-end bundle writes it.
+    bundle = Path(optuna_dashboard.__file__).parent / "public" / "bundle.js"
+    assert "constraints.every(e=>e<=0)" in bundle.read_text(encoding="utf-8")
     front = _dashboard_front(list(trials.values()))
     assert 1 not in front and 4 not in front and 6 not in front
     assert front == set(PARETO)
