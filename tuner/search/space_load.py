@@ -29,7 +29,9 @@ File format (every key but `model_path`, `params` and `workload` is optional)::
 A param whose `when` is false, or names a param that is itself inactive, is neither sampled nor
 passed. Params are sampled in file order, each moved after any param its `when` or `derive`
 names (a cycle is an error), so one pass decides every value. Errors are UserErrors naming the
-file, the key path, the value and what is allowed, because a user edits these files by hand.
+file, the key path, the value and what is allowed, because a user edits these files by hand:
+values of well-known flags are range-checked (tuner/search/flag_bounds.py), and a YAML syntax
+error is reported where an unclosed '{', '[' or quote was opened.
 """
 
 from __future__ import annotations
