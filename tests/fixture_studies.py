@@ -318,6 +318,8 @@ def _trial(spec: Spec, slo_limit_ms: float) -> optuna.trial.FrozenTrial:
         distributions={k: DISTRIBUTIONS[k] for k in spec.params},
         user_attrs=attrs,
         constraints=constraints,
+        # What record.set_constraints writes for optuna-dashboard 0.21.
+        system_attrs={record.LIST_CONSTRAINTS: record.list_constraints(constraints)},
     )
 
 

@@ -90,8 +90,39 @@ def test_explicit_trial_warns_when_not_recommended(storage, tmp_path):
         export_trial(storage, "qwen-mtp", trial=1, pick="knee", out_dir=tmp_path)
     with pytest.raises(UserError, match="has no trial 99"):
         export_trial(storage, "qwen-mtp", trial=99, out_dir=tmp_path)
-    with pytest.raises(UserError, match="recorded no server args"):
+    with pytest.raises(UserError, match="trial 15 never ran a server"):
         export_trial(storage, "qwen-mtp", trial=15, out_dir=tmp_path)  # the FAIL trial
+
+
+@pytest.mark.parametrize(("number", "outcome"), [(4, "launch"), (9, "invalid"), (10, "skipped")])
+def test_a_trial_that_never_ran_a_server_is_not_exported(storage, tmp_path, number, outcome):
+    with pytest.raises(UserError, match=f"trial {number} never ran a server \\({outcome}"):
+        export_trial(storage, "qwen-mtp", trial=number, out_dir=tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_slo_replaces_the_study_slos(storage, tmp_path):
+    # Trial 1 (3400 ms p99 TTFT, 14 ms TPOT) breaks the study's p99_ttft_ms <= 2000: relaxed,
+    # it becomes the lowest-latency candidate.
+    result = export_trial(
+        storage, "qwen-mtp", pick="min-latency", slos=["p99_ttft_ms<=5000"], out_dir=tmp_path
+    )
+    assert result.trial_number == 1 and result.warnings == ()
+    assert "p99_ttft_ms <= 5000 (instead of the study's SLOs)" in result.script.read_text()
+
+
+def test_no_candidate_error_prints_a_command_that_works(storage, tmp_path):
+    from tuner.results.pick import NoCandidate
+
+    with pytest.raises(NoCandidate) as caught:
+        export_trial(storage, "qwen-mtp", slos=["p99_ttft_ms<=1000"], out_dir=tmp_path)
+    message = str(caught.value)
+    # Trial 7 (900 ms) was stage-pruned; trial 3 (1200 ms) comes closest among served trials.
+    assert "within p99_ttft_ms <= 1000" in message and "trial 3 comes closest" in message
+    command = message.split(": tuner export ", 1)[1].split(" (--slo", 1)[0]
+    assert command == "--study qwen-mtp --pick knee --slo 'p99_ttft_ms<=1200'"
+    relaxed = export_trial(storage, "qwen-mtp", slos=["p99_ttft_ms<=1200"], out_dir=tmp_path)
+    assert relaxed.trial_number == 3
 
 
 def test_script_holds_no_secret_and_no_simulator_flag(storage, tmp_path, monkeypatch):
@@ -215,14 +246,14 @@ def test_config_keeps_switch_pairs_on_the_command_line():
 
 
 def test_every_exported_argv_is_valid_for_the_study_version(storage, tmp_path):
-    """Every trial with server args, exported, parses with the committed 0.5.23 snapshot,
+    """Every trial that ran a server, exported, parses with the committed 0.5.23 snapshot,
     both as the script's argv and as rebuilt from the YAML file."""
     from tuner.engines.sglang import validate_server_args
 
     meta, trials = load_records(storage, "qwen-mtp")
     exported = 0
     for trial in trials:
-        if not trial.server_args:
+        if not trial.server_args or trial.outcome in ("launch_failed", "invalid", "skipped"):
             continue
         result = export_trial(storage, "qwen-mtp", trial=trial.number, out_dir=tmp_path)
         assert result.validated_for == meta.sglang_version == "0.5.23"
@@ -230,7 +261,7 @@ def test_every_exported_argv_is_valid_for_the_study_version(storage, tmp_path):
         config = yaml.safe_load(result.config.read_text())
         validate_server_args(config_to_argv(ConfigFile(config)), meta.sglang_version)
         exported += 1
-    assert exported == 15
+    assert exported == 12  # 15 with server args, less 4 (launch failed), 9 and 10
 
 
 def test_an_argv_the_version_rejects_is_not_written(tmp_path):
@@ -250,3 +281,17 @@ def test_an_argv_the_version_rejects_is_not_written(tmp_path):
     with pytest.raises(UserError, match="reject"):
         export_trial(open_storage(url, "old", tmp_path), "old", trial=1, out_dir=tmp_path / "o")
     assert not (tmp_path / "o" / "launch_old_trial1.sh").exists()
+
+
+def test_header_says_when_the_server_capped_max_running_requests(storage):
+    from dataclasses import replace
+
+    from tuner.results.export import render_launch_script
+
+    meta, trials = load_records(storage, "qwen-mtp")
+    trial = next(t for t in trials if t.number == 2)  # --max-running-requests 16
+    capped = replace(trial, capacity={**trial.capacity, "max_running_requests": 11})
+    header = render_launch_script(list(trial.server_args), capped, meta, "chosen with --trial")
+    assert "max_running_requests 11 (the server capped --max-running-requests 16)" in header
+    plain = render_launch_script(list(trial.server_args), trial, meta, "chosen with --trial")
+    assert "max_running_requests 16," in plain and "capped" not in plain

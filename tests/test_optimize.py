@@ -79,6 +79,7 @@ def test_failed_launches_end_pruned_with_a_violated_constraint(tmp_path):
         assert t.user_attrs[record.OUTCOME] == record.OUTCOME_LAUNCH_FAILED
         assert t.user_attrs[record.FAILURE_CLASS] == "not_enough_memory"
         assert t.constraints["launch"] > 0
+        assert t.system_attrs[record.LIST_CONSTRAINTS] == [1.0]  # what optuna-dashboard reads
         assert (tmp_path / "studies" / "small" / f"trial-{t.number}" / "server.log").exists()
     assert _no_server_left(tmp_path)
 

@@ -115,6 +115,7 @@ def test_verdict_compares_with_the_default_at_no_worse_latency():
     assert (v.best, v.default) == (2, 0)
     assert "x2.28 output tok/s" in v.text and "410 vs 180" in v.text
     assert "better median TPOT" in v.text
+    assert v.kind == "improved"
 
 
 def test_verdict_without_a_default_says_there_is_no_baseline():
@@ -123,6 +124,7 @@ def test_verdict_without_a_default_says_there_is_no_baseline():
     best = next(t for t in trials if t.number == v.best)  # numbers shift without trial 0
     assert v.default is None and best.metric("output_throughput") == 410.0
     assert "No default trial" in v.text and " vs " not in v.text
+    assert v.kind == "no-baseline"
 
 
 def test_verdict_without_a_feasible_trial_recommends_nothing():
@@ -130,6 +132,7 @@ def test_verdict_without_a_feasible_trial_recommends_nothing():
     v = verdict(meta, trials)
     assert v.best is None
     assert "nothing to recommend" in v.text and "p99_ttft_ms <= 100" in v.text
+    assert v.kind == "nothing"
 
 
 def test_verdict_when_the_default_breaks_an_slo():
@@ -138,6 +141,7 @@ def test_verdict_when_the_default_breaks_an_slo():
     meta, trials = _records(slo_limit_ms=1400.0)  # default (1500 ms) now breaks it
     v = verdict(meta, trials)
     assert "break slo:p99_ttft_ms" in v.text and v.best == 3
+    assert v.kind == "no-baseline"
 
 
 def test_verdict_when_nothing_beats_the_default():
@@ -145,6 +149,7 @@ def test_verdict_when_nothing_beats_the_default():
     v = verdict(meta, trials)
     assert v.best == 0 and v.text.startswith("No configuration beat sglang's defaults")
     assert "costs latency" in v.text
+    assert v.kind == "no-gain"
 
 
 def test_slo_parsing():
@@ -181,3 +186,29 @@ def test_a_trial_with_only_stage_summaries_is_placed_by_its_last_stage():
     trial = record_from_trial(frozen, read_study_meta(study))
     assert trial.category is Category.PRUNED
     assert trial.objective_values(read_study_meta(study)) == (120.0, 40.0)
+
+
+def test_parallel_axis_of_a_numeric_choice_has_ticks_at_its_choices_only():
+    from dataclasses import replace
+
+    from tuner.results.figures import parallel_figure
+
+    meta, trials = _records()
+    sizes = (2048, 4096, 8192, 16384)
+    picked = {0: None, 2: 8192, 3: 2048, 5: 8192, 12: 16384}  # 0 runs sglang's default
+    trials = [
+        replace(
+            t,
+            params={**t.params, "chunked_prefill_size": picked[t.number]}
+            if picked.get(t.number)
+            else t.params,
+            choices={**t.choices, "chunked_prefill_size": sizes},
+        )
+        for t in trials
+    ]
+    dims = {d["label"]: d for d in parallel_figure(meta, trials).to_dict()["data"][0]["dimensions"]}
+    chunked = dims["chunked_prefill_size"]
+    assert chunked["ticktext"] == ["2048", "4096", "8192", "16384", "unset"]
+    assert list(chunked["tickvals"]) == [0, 1, 2, 3, 4]
+    # A conditional float range keeps plain ticks too (no 9.22e+03 style).
+    assert all("e+" not in t for d in dims.values() for t in d.get("ticktext", ()))

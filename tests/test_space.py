@@ -121,7 +121,11 @@ def test_slos_accept_the_mapping_form(tmp_path: Path):
 def test_yaml_syntax_error_names_file_line_and_column(tmp_path: Path):
     text = "model_path: m\nparams:\n  a: {choices: [x, y]\nworkload: {kind: random}\n"
     message = error_for(tmp_path, text)
-    assert ":4:1: invalid YAML" in message
+    # PyYAML notices at line 4; the '{' left open is on line 3, column 6.
+    assert ":3:6: invalid YAML: the '{' opened here ('a: {choices: [x, y]')" in message
+    assert "is not closed before line 4 ('workload: {kind: random}'" in message
+    bad_key = error_for(tmp_path, "model_path: m\n  params: 3\n")
+    assert ":2:9: invalid YAML: mapping values are not allowed here ('params: 3';" in bad_key
 
 
 def test_missing_file_is_a_user_error(tmp_path: Path):

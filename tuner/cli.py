@@ -306,14 +306,19 @@ def export_command(
         None, "--pick", help="max-throughput, min-latency or knee (default: knee)."
     ),
     slo: list[str] | None = typer.Option(
-        None, "--slo", help="Extra limit on candidates, repeatable: --slo 'p99_ttft_ms<=2000'."
+        None,
+        "--slo",
+        help="Limit on candidates, repeatable; replaces the study's SLOs for this pick: "
+        "--slo 'p99_ttft_ms<=5000'.",
     ),
     out_dir: Path = typer.Option(Path("."), "--out-dir", help="Where to write the files."),
     studies_dir: Path = typer.Option(Path("studies"), "--studies-dir", help=_STUDIES_DIR_HELP),
 ) -> None:
     """Write launch_<study>_trial<N>.sh and .yaml (sglang --config) for one trial."""
+    import shlex
+
     from tuner.results.export import export_trial
-    from tuner.results.pick import Pick
+    from tuner.results.pick import NoCandidate, Pick
     from tuner.results.storage import locate_study
 
     if pick is not None and pick not in {p.value for p in Pick}:
@@ -321,14 +326,22 @@ def export_command(
     location, note = locate_study(storage, study, studies_dir)
     if note:
         typer.echo(note, err=True)
-    result = export_trial(
-        location.storage,
-        location.study_name,
-        trial=trial,
-        pick=pick,
-        slos=slo or (),
-        out_dir=out_dir,
-    )
+    try:
+        result = export_trial(
+            location.storage,
+            location.study_name,
+            trial=trial,
+            pick=pick,
+            slos=slo or (),
+            out_dir=out_dir,
+        )
+    except NoCandidate as exc:  # say it with the options that found this study
+        where = ["--study", location.study_name]
+        if storage:
+            where += ["--storage", storage]
+        elif studies_dir != Path("studies"):
+            where += ["--studies-dir", str(studies_dir)]
+        fail(exc.command(shlex.join(["tuner", "export", *where])))
     for warning in result.warnings:
         typer.echo(f"warning: {warning}", err=True)
     how = "--trial" if result.picked_by == "trial" else f"--pick {result.picked_by}"
@@ -362,10 +375,7 @@ def dashboard_command(
 
     def ready(address: DashboardAddress) -> None:
         typer.echo(f"optuna-dashboard: {address.study_url or address.url}")
-        typer.echo(
-            "Feasibility: trust `tuner report`, not the dashboard (it ignores the tuner's "
-            "constraints). Ctrl-C stops."
-        )
+        typer.echo("Ctrl-C stops.")
 
     def stop(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt

@@ -1,8 +1,9 @@
 """Serve optuna-dashboard on a study's storage, on 127.0.0.1 only, until Ctrl-C.
 
-optuna-dashboard is a live view (trials as they finish, notes, per-trial attrs). It is not the
-authority on feasibility: version 0.21 reads only the old list-style constraints attribute, so
-the report (tuner/results/report.py) decides what is feasible and Pareto-optimal.
+optuna-dashboard is a live view (trials as they finish, notes, per-trial attrs). Version 0.21
+reads only the old list-style constraints attribute; the tuner writes it beside Optuna 5's
+per-key constraints (record.set_constraints), so its Pareto-front plot greys out the same
+infeasible trials as the report.
 
 Example:
     >>> serve_dashboard(storage, port=8080, on_ready=print)  # doctest: +SKIP

@@ -69,7 +69,7 @@ def how_chosen(picked_by: str, slos: Sequence[Slo] = ()) -> str:
     """'picked by --pick knee with --slo p99_ttft_ms <= 1700', for the files' headers."""
     how = f"picked by --pick {picked_by}" if picked_by != "trial" else "chosen with --trial"
     if slos:
-        how += " with --slo " + ", ".join(str(s) for s in slos)
+        how += " with --slo " + ", ".join(str(s) for s in slos) + " (instead of the study's SLOs)"
     return how
 
 
@@ -91,7 +91,9 @@ def _summary_lines(trial: TrialRecord, meta: StudyMeta, how: str) -> list[str]:
             " on the simulator (modelled, not measured on a GPU)" if meta.engine == "sim" else ""
         )
         lines.append(f"measured{where}: " + ", ".join(measured))
-    capacity = [f"{k} {v}" for k, v in trial.capacity.items() if k in _CAPACITY_KEYS]
+    capacity = [
+        _capacity_item(trial, k, v) for k, v in trial.capacity.items() if k in _CAPACITY_KEYS
+    ]
     if capacity:
         lines.append("capacity: " + ", ".join(capacity))
     version = meta.sglang_version or "unknown"
@@ -100,6 +102,20 @@ def _summary_lines(trial: TrialRecord, meta: StudyMeta, how: str) -> list[str]:
 
 
 _CAPACITY_KEYS = ("max_running_requests", "max_total_num_tokens")
+
+
+def _capacity_item(trial: TrialRecord, key: str, value: object) -> str:
+    # sglang lowers --max-running-requests to what its memory pools hold; say so, or the
+    # header's 17 beside the script's --max-running-requests 20 reads as a mistake.
+    asked = trial.flags.get(key)
+    if (
+        isinstance(asked, int | float)
+        and isinstance(value, int | float)
+        and not isinstance(asked, bool)
+        and value < asked
+    ):
+        return f"{key} {value} (the server capped --{key.replace('_', '-')} {asked:g})"
+    return f"{key} {value}"
 
 
 def render_launch_script(argv: Sequence[str], trial: TrialRecord, meta: StudyMeta, how: str) -> str:

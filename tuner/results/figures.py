@@ -27,7 +27,6 @@ STYLE: dict[Category, tuple[str, str, str]] = {
     Category.ERROR: ("tuner error", "#444444", "asterisk-open"),
 }
 FRONT_COLOUR = "#2ca02c"
-PLOT_X = "total_throughput"  # the Pareto plot's x axis, as the issue asks
 
 
 def hover_text(trial: TrialRecord, meta: StudyMeta) -> str:
@@ -59,27 +58,26 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def plot_x(trial: TrialRecord, meta: StudyMeta) -> float | None:
-    # Total tok/s when measured; a study that records only its objective still gets a plot.
-    value = trial.metric(PLOT_X)
-    return value if value is not None else trial.metric(meta.throughput.metric)
+# Drawn as measured points: trials that ran a server and measured both objectives.
+DRAWN = (Category.FEASIBLE, Category.SLO_VIOLATED, Category.PRUNED)
 
 
 def pareto_figure(
     meta: StudyMeta, trials: Sequence[TrialRecord], front: Sequence[int]
 ) -> go.Figure:
-    """Latency objective against total tok/s; every outcome drawn distinctly."""
+    """The latency objective against the throughput objective, the axes the front is computed
+    on. Trials without a measurement (crashed, never launched, tuner errors) are counted in a
+    note, never drawn as points: they have no throughput or latency to place them by."""
     fig = go.Figure()
     front_set = set(front)
-    lat = meta.latency.metric
-    measured = [t for t in trials if plot_x(t, meta) is not None and t.metric(lat) is not None]
-    measured_numbers = {t.number for t in measured}
-    unmeasured = [
-        t for t in trials if t.number not in measured_numbers and t.category is not Category.RUNNING
-    ]
-    latencies = [value for t in measured if (value := t.metric(lat)) is not None]
-    lat_lo = min(latencies) if latencies else 0.0
-    lat_hi = max(latencies) if latencies else 1.0
+    tput, lat = meta.throughput.metric, meta.latency.metric
+    measured = [t for t in trials if t.category in DRAWN and t.objective_values(meta) is not None]
+
+    def xs(group: Sequence[TrialRecord]) -> list[float | None]:
+        return [t.metric(tput) for t in group]
+
+    def ys(group: Sequence[TrialRecord]) -> list[float | None]:
+        return [t.metric(lat) for t in group]
 
     for category, (name, colour, symbol) in STYLE.items():
         group = [t for t in measured if t.category is category and t.number not in front_set]
@@ -87,8 +85,8 @@ def pareto_figure(
             continue
         fig.add_trace(
             go.Scatter(
-                x=[plot_x(t, meta) for t in group],
-                y=[t.metric(lat) for t in group],
+                x=xs(group),
+                y=ys(group),
                 mode="markers",
                 name=f"{name} ({len(group)})",
                 marker={"color": colour, "symbol": symbol, "size": 10, "line": {"width": 1.5}},
@@ -98,13 +96,13 @@ def pareto_figure(
         )
 
     on_front = sorted(
-        (t for t in measured if t.number in front_set), key=lambda t: plot_x(t, meta) or 0.0
+        (t for t in measured if t.number in front_set), key=lambda t: t.metric(tput) or 0.0
     )
     if on_front:
         fig.add_trace(
             go.Scatter(
-                x=[plot_x(t, meta) for t in on_front],
-                y=[t.metric(lat) for t in on_front],
+                x=xs(on_front),
+                y=ys(on_front),
                 mode="lines+markers",
                 name=f"Pareto-optimal within the SLOs ({len(on_front)})",
                 line={"color": FRONT_COLOUR, "width": 2, "shape": "linear"},
@@ -114,41 +112,11 @@ def pareto_figure(
             )
         )
 
-    ys: list[float] = []
-    if unmeasured:
-        # No measurement to place them by: a column at 0 tok/s, spread over the latency range
-        # so each one can be hovered.
-        span = (lat_hi - lat_lo) or max(abs(lat_hi), 1.0)
-        ys = [lat_lo + span * (i + 0.5) / len(unmeasured) for i in range(len(unmeasured))]
-        for category, (name, colour, symbol) in STYLE.items():
-            idx = [i for i, t in enumerate(unmeasured) if t.category is category]
-            if not idx:
-                continue
-            fig.add_trace(
-                go.Scatter(
-                    x=[0.0] * len(idx),
-                    y=[ys[i] for i in idx],
-                    mode="markers",
-                    name=f"{name}, no measurement: drawn at 0 tok/s ({len(idx)})",
-                    marker={"color": colour, "symbol": symbol, "size": 11, "line": {"width": 2}},
-                    hovertext=[hover_text(unmeasured[i], meta) for i in idx],
-                    hoverinfo="text",
-                )
-            )
-
-    defaults = [t for t in trials if t.is_default]
-    unmeasured_numbers = [t.number for t in unmeasured]
-    for default in defaults:
-        if default.number in measured_numbers:
-            x, y = plot_x(default, meta), default.metric(lat)
-        elif default.number in unmeasured_numbers:
-            x, y = 0.0, ys[unmeasured_numbers.index(default.number)]
-        else:
-            continue
+    for default in (t for t in measured if t.is_default):
         fig.add_trace(
             go.Scatter(
-                x=[x],
-                y=[y],
+                x=xs([default]),
+                y=ys([default]),
                 mode="markers+text",
                 name=f"sglang defaults (trial {default.number})",
                 text=["defaults"],
@@ -163,21 +131,33 @@ def pareto_figure(
             )
         )
 
-    x_label = (
-        metric_label(PLOT_X)
-        if any(t.metric(PLOT_X) is not None for t in measured)
-        else (metric_label(meta.throughput.metric))
-    )
+    drawn = {t.number for t in measured}
+    unmeasured = [t for t in trials if t.number not in drawn and t.category is not Category.RUNNING]
+    if unmeasured:
+        fig.add_annotation(
+            text=(
+                f"not drawn: {len(unmeasured)} trials without a measurement "
+                "(crashed, not launched, tuner errors; listed below the plots)"
+            ),
+            xref="paper",
+            yref="paper",
+            x=0.0,
+            y=-0.14,
+            showarrow=False,
+            xanchor="left",
+        )
+    x_label, lat_label = metric_label(tput), metric_label(lat)
     lat_better = "higher" if meta.latency.direction == MAXIMIZE else "lower"
+    tput_better = "more" if meta.throughput.direction == MAXIMIZE else "less"
     fig.update_layout(
-        title=f"Pareto front: {metric_label(lat)} vs {x_label} ({lat_better} latency is better)",
-        xaxis_title=f"{x_label} (more is better)",
-        yaxis_title=metric_label(lat),
+        title=f"Pareto front: {lat_label} vs {x_label} ({lat_better} latency is better)",
+        xaxis_title=f"{x_label} ({tput_better} is better)",
+        yaxis_title=lat_label,
         hovermode="closest",
         template="plotly_white",
         height=620,
         legend={"orientation": "v", "x": 1.02, "y": 1.0},
-        margin={"r": 330},
+        margin={"r": 330, "b": 110},
     )
     return fig
 
@@ -323,7 +303,13 @@ def parallel_figure(meta: StudyMeta, trials: Sequence[TrialRecord]) -> go.Figure
     """Each tuned flag as an axis, lines coloured by the throughput objective."""
     served = [t for t in trials if t.served_benchmark and t.objective_values(meta) is not None]
     names = list(dict.fromkeys(k for t in served for k in t.params))
-    dimensions = [_dimension(name, [t.params.get(name) for t in served]) for name in names]
+    choices: dict[str, tuple[Any, ...]] = {}
+    for t in trials:
+        for name, options in t.choices.items():
+            choices.setdefault(name, options)
+    dimensions = [
+        _dimension(name, [t.params.get(name) for t in served], choices.get(name)) for name in names
+    ]
     for objective in (meta.throughput, meta.latency):
         values = [t.metric(objective.metric) for t in served]
         dimensions.append({"label": metric_label(objective.metric), "values": values})
@@ -331,6 +317,12 @@ def parallel_figure(meta: StudyMeta, trials: Sequence[TrialRecord]) -> go.Figure
     fig = go.Figure(
         go.Parcoords(
             dimensions=dimensions,
+            # Flag names are long and the axes close: tilted labels with room above them
+            # never run into each other.
+            labelangle=-60,
+            labelside="top",
+            labelfont={"size": 11},
+            tickfont={"size": 10},
             line={
                 "color": colour,
                 "colorscale": "Viridis",
@@ -340,31 +332,37 @@ def parallel_figure(meta: StudyMeta, trials: Sequence[TrialRecord]) -> go.Figure
         )
     )
     fig.update_layout(
-        title=(
-            f"Flags vs {metric_label(meta.throughput.metric)} ({len(served)} trials that served "
-            "the benchmark; 'unset' = sglang's default)"
-        ),
+        title={
+            "text": f"Flags vs {metric_label(meta.throughput.metric)} ({len(served)} trials "
+            "that served the benchmark; 'unset' = sglang's default)",
+            "y": 0.985,
+            "yanchor": "top",  # above the tilted labels
+        },
         template="plotly_white",
-        height=520,
-        margin={"l": 80, "r": 80},
+        height=640,
+        margin={"l": 90, "r": 110, "t": 230, "b": 40},
     )
     return fig
 
 
-def _dimension(name: str, values: Sequence[Any]) -> dict[str, Any]:
+def _dimension(
+    name: str, values: Sequence[Any], choices: Sequence[Any] | None = None
+) -> dict[str, Any]:
     present = [v for v in values if v is not None]
     numeric = present and all(
         isinstance(v, int | float) and not isinstance(v, bool) for v in present
     )
-    if not numeric:
-        # Categorical (and booleans): one tick per value seen, "unset" for absent params.
-        labels = list(dict.fromkeys(str(v) for v in present))
-        if len(present) < len(values):
+    if choices or not numeric:
+        # A choice (numbers too, e.g. chunked_prefill_size): one tick per choice, in the
+        # space's order, "unset" for absent params; values seen outside the choices get theirs.
+        labels = [_fmt(c) for c in choices or () if c is not None]
+        labels += [label for label in dict.fromkeys(map(_fmt, present)) if label not in labels]
+        if len(present) < len(values) or (choices and None in choices):
             labels.append("unset")
         index = {label: i for i, label in enumerate(labels)}
         return {
             "label": name,
-            "values": [index["unset" if v is None else str(v)] for v in values],
+            "values": [index["unset" if v is None else _fmt(v)] for v in values],
             "tickvals": list(range(len(labels))),
             "ticktext": labels,
             "range": [-0.2, max(len(labels) - 1, 0) + 0.2],
@@ -382,5 +380,10 @@ def _dimension(name: str, values: Sequence[Any]) -> dict[str, Any]:
         "values": [unset_at if v is None else float(v) for v in values],
         "range": [unset_at, hi],
         "tickvals": [unset_at, *ticks],
-        "ticktext": ["unset", *(f"{t:.3g}" for t in ticks)],
+        "ticktext": ["unset", *(_tick(t) for t in ticks)],
     }
+
+
+def _tick(value: float) -> str:
+    # 9216, not 9.22e+03: a tick is read as a flag value.
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"

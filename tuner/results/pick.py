@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import math
+import shlex
 from collections.abc import Sequence
 from enum import StrEnum
 
 from tuner.errors import UserError
+from tuner.results import record
 from tuner.results.goals import MAXIMIZE, Slo
 from tuner.results.pareto import Point, knee_point, pareto_front
-from tuner.results.study_records import StudyMeta, TrialRecord, counts_by_category, is_candidate
+from tuner.results.study_records import (
+    Category,
+    StudyMeta,
+    TrialRecord,
+    counts_by_category,
+    is_candidate,
+    with_slos,
+)
 
 
 class Pick(StrEnum):
@@ -27,10 +37,10 @@ def candidates(
 def pick_trial(
     trials: Sequence[TrialRecord], meta: StudyMeta, pick: Pick, slos: Sequence[Slo] = ()
 ) -> TrialRecord:
-    """Apply a pick rule to the candidates; UserError when there is none."""
+    """Apply a pick rule to the candidates; NoCandidate when there is none."""
     pool = candidates(trials, meta, slos)
     if not pool:
-        raise UserError(_no_candidate_message(trials, meta, slos))
+        raise NoCandidate(trials, meta, pick)
     sign = 1.0 if meta.throughput.direction == MAXIMIZE else -1.0
     lat_sign = 1.0 if meta.latency.direction == MAXIMIZE else -1.0
 
@@ -58,10 +68,13 @@ def choose_trial(
     pick: Pick | None = None,
     slos: Sequence[Slo] = (),
 ) -> tuple[TrialRecord, list[str]]:
-    """The trial to export and the warnings to show. `--trial` wins; `knee` is the default."""
+    """The trial to export and the warnings to show. `--trial` wins; `knee` is the default.
+    `slos`, when given, replace the study's SLOs (`tuner export --slo`)."""
     _check_slo_metrics(trials, slos)
+    if slos:
+        meta, trials = with_slos(meta, trials, slos)
     if trial_number is None:
-        return pick_trial(trials, meta, pick or Pick.KNEE, slos), []
+        return pick_trial(trials, meta, pick or Pick.KNEE), []
     if pick is not None:
         raise UserError("give either --trial N or --pick RULE, not both")
     by_number = {t.number: t for t in trials}
@@ -70,9 +83,10 @@ def choose_trial(
         numbers = sorted(by_number)
         span = f"trials 0..{numbers[-1]}" if numbers else "no trials"
         raise UserError(f"study {meta.name!r} has no trial {trial_number} ({span})")
-    if not chosen.server_args:
+    if chosen.outcome in _NEVER_SERVED or not chosen.server_args:
         raise UserError(
-            f"trial {trial_number} recorded no server args ({chosen.why()}); nothing to export"
+            f"trial {trial_number} never ran a server ({chosen.why()}): nothing measured to "
+            "export; choose a trial that served the benchmark, or --pick knee"
         )
     warnings = []
     if not is_candidate(chosen, meta):
@@ -81,6 +95,10 @@ def choose_trial(
     if unmet:
         warnings.append(f"trial {trial_number} does not meet --slo {', '.join(unmet)}")
     return chosen, warnings
+
+
+# Trials whose server never came up: their flags were never shown to work.
+_NEVER_SERVED = (record.OUTCOME_INVALID, record.OUTCOME_SKIPPED, record.OUTCOME_LAUNCH_FAILED)
 
 
 def _check_slo_metrics(trials: Sequence[TrialRecord], slos: Sequence[Slo]) -> None:
@@ -94,11 +112,69 @@ def _check_slo_metrics(trials: Sequence[TrialRecord], slos: Sequence[Slo]) -> No
             )
 
 
-def _no_candidate_message(trials: Sequence[TrialRecord], meta: StudyMeta, slos: Sequence[Slo]):
-    counts = ", ".join(f"{n} {c.value}" for c, n in counts_by_category(trials).items() if n)
-    limits = [str(s) for s in (*meta.slos, *slos)]
-    within = f" within {', '.join(limits)}" if limits else ""
-    return (
-        f"no trial of study {meta.name!r} served the whole benchmark{within} "
-        f"({counts or 'no trials'}); relax --slo or run more trials"
-    )
+class NoCandidate(UserError):
+    """No trial to recommend. `relaxed` are SLOs that the closest trial meets (empty when no
+    trial served the benchmark); `command(prefix)` is the error with a command that works."""
+
+    def __init__(self, trials: Sequence[TrialRecord], meta: StudyMeta, pick: Pick) -> None:
+        counts = ", ".join(f"{n} {c.value}" for c, n in counts_by_category(trials).items() if n)
+        limits = ", ".join(str(s) for s in meta.slos)
+        within = f" within {limits}" if limits else ""
+        self.problem = (
+            f"no trial of study {meta.name!r} served the whole benchmark{within} "
+            f"({counts or 'no trials'})"
+        )
+        self.pick = pick
+        self.closest, self.relaxed = _relaxed_slos(trials, meta)
+        super().__init__(self.command(f"tuner export --study {shlex.quote(meta.name)}"))
+
+    def command(self, prefix: str) -> str:
+        """The message, with `prefix` (tuner export and the options that find the study)."""
+        if self.closest is None:
+            return f"{self.problem}; run more trials (tuner optimize with a larger --trials)"
+        slos = " ".join(
+            f"--slo {shlex.quote(f'{s.metric}{s.op}{s.limit:g}')}" for s in self.relaxed
+        )
+        return (
+            f"{self.problem}; trial {self.closest} comes closest, within {_join(self.relaxed)}: "
+            f"{prefix} --pick {self.pick.value} {slos} (--slo replaces the study's SLOs), "
+            "or run more trials"
+        )
+
+
+def _relaxed_slos(
+    trials: Sequence[TrialRecord], meta: StudyMeta
+) -> tuple[int | None, tuple[Slo, ...]]:
+    # The trial that served the benchmark and broke only SLOs, by the least relative excess,
+    # and the limits it meets: each SLO widened to the trial's value, rounded outwards.
+    best: tuple[float, int, tuple[Slo, ...]] | None = None
+    for t in trials:
+        if t.category is not Category.SLO_VIOLATED or t.objective_values(meta) is None:
+            continue
+        if any(v > 0 for k, v in t.constraints.items() if not k.startswith("slo:")):
+            continue
+        relaxed, excess = [], 0.0
+        for slo in meta.slos:
+            value = t.metric(slo.metric)
+            if value is None:
+                break
+            excess = max(excess, slo.violation(value))
+            relaxed.append(_widened(slo, value))
+        else:
+            if best is None or (excess, t.number) < best[:2]:
+                best = (excess, t.number, tuple(relaxed))
+    return (best[1], best[2]) if best else (None, ())
+
+
+def _widened(slo: Slo, value: float) -> Slo:
+    upper = slo.op in ("<=", "<")
+    if slo.satisfied_by({slo.metric: value}):
+        return Slo(slo.metric, "<=" if upper else ">=", slo.limit)
+    # Round outwards to 3 significant digits so the printed limit still holds the value.
+    digits = 10 ** (math.floor(math.log10(abs(value))) - 2) if value else 1.0
+    limit = (math.ceil if upper else math.floor)(value / digits) * digits
+    return Slo(slo.metric, "<=" if upper else ">=", float(f"{limit:.6g}"))
+
+
+def _join(slos: Sequence[Slo]) -> str:
+    return ", ".join(str(s) for s in slos)

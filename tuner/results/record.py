@@ -29,7 +29,8 @@ Trial user attrs:
     PREDICTION    {"reason": str, ...} when skipped before launch by the feasibility checks
     TIMINGS       {"launch_s": float, "bench_s": float, "total_s": float}, modelled seconds
     CONSTRAINTS   {"slo:p99_ttft_ms": float, "launch": float}: > 0 means violated; also set with
-                  trial.set_constraint so samplers see them
+                  trial.set_constraint so samplers see them, and as the list-style system attr
+                  "constraints" that optuna-dashboard 0.21 reads (`set_constraints`)
     WORKER        "<host>:<pid>" of the worker process that ran the trial
     SERVER_PGID   process group id of the trial's server while it runs
     DUPLICATE_OF  the sampler proposed flags an earlier finished trial already measured: its
@@ -42,6 +43,12 @@ Trial user attrs:
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import optuna
 
 STUDY_SPACE = "space"
 STUDY_SPACE_FILE = "space_file"
@@ -105,3 +112,37 @@ FAILURE_CLASSES = (
 def feasible(constraints: dict[str, float]) -> bool:
     """Optuna's rule, in one place: a trial is feasible when every constraint is <= 0."""
     return all(v <= 0 for v in constraints.values())
+
+
+# optuna-dashboard 0.21 reads only this list-style system attr (floats, <= 0 feasible); Optuna 5
+# reads it too, as constraints "0", "1", ... beside the per-key ones (readers drop those).
+LIST_CONSTRAINTS = "constraints"
+
+
+def set_constraints(trial: optuna.Trial, constraints: dict[str, float]) -> None:
+    """Record a trial's constraints in every form its readers use: the user attr, Optuna 5's
+    per-key constraints (samplers) and the list optuna-dashboard 0.21 draws feasibility from.
+
+    The list repeats the per-key values in key order, so a sampler that sums violations ranks
+    trials exactly as before (every sum doubles).
+    """
+    trial.set_user_attr(CONSTRAINTS, constraints)
+    for key, value in constraints.items():
+        trial.set_constraint(key, value)
+    # Optuna 5 has no public setter for a trial's system attrs; the storage call is what
+    # Trial.set_constraint itself makes.
+    trial.storage.set_trial_system_attr(
+        trial._trial_id, LIST_CONSTRAINTS, list_constraints(constraints)
+    )
+
+
+def list_constraints(constraints: dict[str, float]) -> list[float]:
+    """The list-style form of per-key constraints: their values in key order."""
+    return [float(constraints[key]) for key in sorted(constraints)]
+
+
+def named_constraints(constraints: Mapping[str, float]) -> dict[str, float]:
+    """Optuna 5's `trial.constraints` without the "0", "1", ... it reads from the list form
+    (unless the trial has nothing else: a study written by another tool)."""
+    named = {k: v for k, v in constraints.items() if not k.isdigit()}
+    return named or dict(constraints)

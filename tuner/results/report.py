@@ -1,8 +1,7 @@
 """One offline HTML page per study: the Pareto front, history, importance, flags and a verdict.
 
 The page embeds plotly.js once and loads nothing from the network, so it can be mailed, opened
-from a file share, or read on an air-gapped GPU box. It is the authority on feasibility (see
-docs/design.md: optuna-dashboard 0.21 ignores the per-key constraints the tuner records).
+from a file share, or read on an air-gapped GPU box.
 
 Example:
     >>> write_report(None, "qwen-mtp")  # doctest: +SKIP
@@ -227,20 +226,14 @@ def render_page(
 <h1>Tuning report: study <code>{e(meta.name)}</code></h1>
 <p class="meta">Engine: {e(engine)} · sglang {e(version)} · objectives: {e(objectives)}
 · SLOs: {e(slos)} · {len(trials)} trials: {e(counts_text or "none")}</p>
-<p class="verdict" id="verdict">{e(analysis.verdict.text)}</p>
-<p class="note" id="authority"><b>This report, not optuna-dashboard, is the authority on
-feasibility.</b> A trial is feasible here only when it served the whole benchmark, every
-constraint it recorded (launch, SLOs) is &le; 0 and its metrics meet the study's SLOs.
-optuna-dashboard 0.21 reads only Optuna's old list-style <code>constraints</code> attribute, not
-the per-key constraints the tuner records, so it may draw a trial that broke an SLO, or a pruned
-one, as Pareto-optimal.</p>
+<p class="verdict verdict-{e(analysis.verdict.kind)}" id="verdict">{e(analysis.verdict.text)}</p>
 {sim_note}
 <h2>Pareto front</h2>
-<p>Each trial that served the benchmark is placed by its measured {e(latency)} and total
-tok/s; pruned trials by the metrics of the stages they ran. Trials without any measurement
-(crashes, rejected or skipped configurations) stand in a column at 0 tok/s. Hover a point for its
-flags and metrics. The front is computed on the study's objectives ({e(throughput)},
-{e(latency)}) over feasible trials only.</p>
+<p>Each trial that served the benchmark is placed by its measured {e(throughput)} and
+{e(latency)}, the study's objectives; pruned trials by the metrics of the stages they ran.
+Trials without a measurement (crashes, rejected or skipped configurations, tuner errors) are not
+drawn: they are listed at the end of the page. Hover a point for its flags and metrics. The
+front is computed over feasible trials only.</p>
 {blocks.get("pareto", "")}
 <h2>Pareto-optimal trials</h2>
 {_front_table(meta, trials, analysis)}
@@ -332,8 +325,11 @@ body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; co
        max-width: 1400px; margin: 1.5rem auto; padding: 0 1rem; line-height: 1.45; }
 h1 { font-size: 1.6rem; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #ddd; }
 .meta { color: #555; }
-.verdict { font-size: 1.2rem; background: #eef7ee; border-left: 5px solid #2ca02c;
-           padding: .7rem 1rem; }
+.verdict { font-size: 1.2rem; border-left: 5px solid; padding: .7rem 1rem; }
+.verdict-improved { background: #eef7ee; border-color: #2ca02c; }
+.verdict-no-baseline { background: #eaf2fb; border-color: #1f77b4; }
+.verdict-no-gain { background: #f3f3f3; border-color: #7f7f7f; }
+.verdict-nothing { background: #fdecea; border-color: #d62728; }
 .note { background: #fff7e6; border-left: 5px solid #ff7f0e; padding: .6rem 1rem; }
 table { border-collapse: collapse; font-size: .88rem; width: 100%; }
 th, td { border-bottom: 1px solid #e3e3e3; padding: .35rem .5rem; text-align: left;

@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 import optuna
+from optuna.distributions import CategoricalDistribution
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
@@ -85,6 +86,7 @@ class TrialRecord:
     failure_message: str | None = None
     pruned: dict[str, Any] = field(default_factory=dict)
     prediction: dict[str, Any] = field(default_factory=dict)
+    choices: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # of categorical params
 
     def metric(self, name: str) -> float | None:
         return as_float(self.metrics.get(name))
@@ -190,7 +192,9 @@ def record_from_trial(trial: FrozenTrial, meta: StudyMeta) -> TrialRecord:
     if not metrics and trial.state == TrialState.COMPLETE and trial.values:
         # A study written without the tuner's attrs: its values are the objective metrics.
         metrics = {o.metric: v for o, v in zip(meta.objectives, trial.values, strict=False)}
-    constraints = _merged_constraints(trial.constraints, attrs.get(record.CONSTRAINTS))
+    constraints = _merged_constraints(
+        record.named_constraints(trial.constraints), attrs.get(record.CONSTRAINTS)
+    )
     outcome = attrs.get(record.OUTCOME)
     return TrialRecord(
         number=trial.number,
@@ -208,6 +212,11 @@ def record_from_trial(trial: FrozenTrial, meta: StudyMeta) -> TrialRecord:
         failure_message=attrs.get(record.FAILURE_MSG),
         pruned=dict(attrs.get(record.PRUNED) or {}),
         prediction=dict(attrs.get(record.PREDICTION) or {}),
+        choices={
+            name: tuple(d.choices)
+            for name, d in trial.distributions.items()
+            if isinstance(d, CategoricalDistribution)
+        },
     )
 
 
@@ -230,6 +239,26 @@ def is_candidate(trial: TrialRecord, meta: StudyMeta, extra_slos: Iterable[Slo] 
     if trial.category is not Category.FEASIBLE or trial.objective_values(meta) is None:
         return False
     return all(slo.satisfied_by(trial.metrics) for slo in extra_slos)
+
+
+def with_slos(
+    meta: StudyMeta, trials: Sequence[TrialRecord], slos: Sequence[Slo]
+) -> tuple[StudyMeta, list[TrialRecord]]:
+    """The study judged by other SLOs (`tuner export --slo`): its own `slo:*` constraints are
+    replaced by the new limits' graded violations, and each trial is classified again."""
+    judged = replace(meta, slos=tuple(slos))
+    out = []
+    for t in trials:
+        constraints = {k: v for k, v in t.constraints.items() if not k.startswith("slo:")}
+        for slo in slos:
+            value = t.metric(slo.metric)
+            constraints[f"slo:{slo.metric}"] = 1.0 if value is None else slo.violation(value)
+        category = t.category
+        if t.served_benchmark:
+            state = TrialState[t.state]
+            category = classify(state, t.outcome, constraints, t.metrics, judged)
+        out.append(replace(t, constraints=constraints, category=category))
+    return judged, out
 
 
 def counts_by_category(trials: Sequence[TrialRecord]) -> dict[Category, int]:

@@ -25,11 +25,20 @@ from tuner.results.study_records import Category, StudyMeta, TrialRecord, is_can
 SAME_LATENCY_TOLERANCE = 0.05
 
 
+# What a verdict says, for its colour on the page: a gain over the defaults, a recommendation
+# with no baseline to measure it against, no gain over the defaults, or nothing to recommend.
+IMPROVED = "improved"
+NO_BASELINE = "no-baseline"
+NO_GAIN = "no-gain"
+NOTHING = "nothing"
+
+
 @dataclass(frozen=True)
 class Verdict:
     text: str
     best: int | None  # trial number recommended, None when nothing meets the SLOs
     default: int | None  # the default trial's number, None when the study has none
+    kind: str  # IMPROVED, NO_BASELINE, NO_GAIN or NOTHING
 
 
 def verdict(meta: StudyMeta, trials: Sequence[TrialRecord]) -> Verdict:
@@ -44,7 +53,7 @@ def verdict(meta: StudyMeta, trials: Sequence[TrialRecord]) -> Verdict:
         base = f"No trial served the whole benchmark {within}; nothing to recommend."
         if default is not None:
             base += f" sglang's defaults (trial {default.number}): {default.why()}."
-        return Verdict(base, None, default.number if default else None)
+        return Verdict(base, None, default.number if default else None, NOTHING)
 
     def value(t: TrialRecord, i: int) -> float:
         values = t.objective_values(meta)
@@ -71,6 +80,7 @@ def verdict(meta: StudyMeta, trials: Sequence[TrialRecord]) -> Verdict:
             f"{_short(tput.metric)} {within} is {describe_top}.",
             top.number,
             None,
+            NO_BASELINE,
         )
     if not default.served_benchmark:
         return Verdict(
@@ -78,6 +88,7 @@ def verdict(meta: StudyMeta, trials: Sequence[TrialRecord]) -> Verdict:
             f"({default.why()}); the highest {_short(tput.metric)} {within} is {describe_top}.",
             top.number,
             default.number,
+            NO_BASELINE,
         )
     default_values = default.objective_values(meta)
     assert default_values is not None  # served_benchmark implies measured
@@ -89,6 +100,7 @@ def verdict(meta: StudyMeta, trials: Sequence[TrialRecord]) -> Verdict:
             f"the highest {_short(tput.metric)} {within} is {describe_top}.",
             top.number,
             default.number,
+            NO_BASELINE,
         )
 
     # Same or better latency than the default, up to noise.
@@ -112,7 +124,7 @@ def verdict(meta: StudyMeta, trials: Sequence[TrialRecord]) -> Verdict:
                 f"(x{_ratio(value(top, 0), d_tput)} {_short(tput.metric)}, "
                 f"x{_ratio(value(top, 1), d_lat)} {_short(lat.metric)})"
             )
-        return Verdict(text + ".", default.number, default.number)
+        return Verdict(text + ".", default.number, default.number, NO_GAIN)
 
     b_tput, b_lat = value(best, 0), value(best, 1)
     if abs(b_lat - d_lat) <= abs(d_lat) * SAME_LATENCY_TOLERANCE:
@@ -129,7 +141,7 @@ def verdict(meta: StudyMeta, trials: Sequence[TrialRecord]) -> Verdict:
             f"; the highest {_short(tput.metric)} overall is {describe_top} "
             f"(x{_ratio(value(top, 0), d_tput)})"
         )
-    return Verdict(text + ".", best.number, default.number)
+    return Verdict(text + ".", best.number, default.number, IMPROVED)
 
 
 def _short(metric: str) -> str:

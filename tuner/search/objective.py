@@ -70,15 +70,9 @@ class TrialObjective:
         trial.set_user_attr(record.OUTCOME, outcome)
         trial.set_user_attr(record.FAILURE_CLASS, failure_class)
         trial.set_user_attr(record.FAILURE_MSG, message)
-        self._set_constraints(trial, {"launch": 1.0})
+        record.set_constraints(trial, {"launch": 1.0})
         self._emit("failed", number=trial.number, outcome=outcome, message=message)
         raise optuna.TrialPruned(message)
-
-    @staticmethod
-    def _set_constraints(trial: optuna.Trial, constraints: dict[str, float]) -> None:
-        trial.set_user_attr(record.CONSTRAINTS, constraints)
-        for key, value in constraints.items():
-            trial.set_constraint(key, value)
 
     def _launch_history(self, study: optuna.Study) -> list[LaunchObservation]:
         history = []
@@ -211,11 +205,11 @@ class TrialObjective:
             )
             trial.set_user_attr(record.FAILURE_MSG, message)
             constraints["launch"] = 1.0
-            self._set_constraints(trial, constraints)
+            record.set_constraints(trial, constraints)
             self._emit("failed", number=trial.number, outcome="bench_failed", message=message)
             raise optuna.TrialPruned(message)
 
-        self._set_constraints(trial, constraints)
+        record.set_constraints(trial, constraints)
         pruned = trial.user_attrs.get(record.PRUNED)
         if result.stopped_at_stage is not None and pruned:
             trial.set_user_attr(record.OUTCOME, record.OUTCOME_PRUNED)
@@ -254,8 +248,7 @@ class TrialObjective:
             if key in previous.user_attrs:
                 trial.set_user_attr(key, previous.user_attrs[key])
         trial.set_user_attr(record.DUPLICATE_OF, previous.number)
-        for key, value in previous.constraints.items():
-            trial.set_constraint(key, value)
+        record.set_constraints(trial, record.named_constraints(previous.constraints))
         message = f"same flags as trial {previous.number}: its result is reused"
         if previous.state == TrialState.COMPLETE:
             self._emit(

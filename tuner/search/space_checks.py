@@ -13,6 +13,7 @@ from tuner.errors import UserError
 from tuner.results.goals import SLO_PATTERN, Slo
 from tuner.search.bounds import BoundError, resolve_bound
 from tuner.search.derive import DeriveError, expression_names
+from tuner.search.flag_bounds import out_of_bounds
 from tuner.search.space import (
     LATENCY_METRICS,
     THROUGHPUT_METRICS,
@@ -154,6 +155,9 @@ def _check_against_engine(
             sglang.build_server_args({flag: value}, engine.version)
         except UserError as exc:
             raise SpaceError(path, str(exc)) from None
+        problem = out_of_bounds(flag, value)  # parsed, but a value the server cannot use
+        if problem:
+            raise SpaceError(path, problem)
 
 
 def _check_flag_name(path: str, flag: str) -> None:

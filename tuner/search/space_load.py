@@ -34,7 +34,9 @@ File format (every key but `model_path`, `params` and `workload` is optional)::
 A param whose `when` is false, or names a param that is itself inactive, is neither sampled nor
 passed. Params are sampled in file order, each moved after any param its `when` or `derive`
 names (a cycle is an error), so one pass decides every value. Errors are UserErrors naming the
-file, the key path, the value and what is allowed, because a user edits these files by hand.
+file, the key path, the value and what is allowed, because a user edits these files by hand:
+values of well-known flags are range-checked (tuner/search/flag_bounds.py), and a YAML syntax
+error is reported where an unclosed '{', '[' or quote was opened.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def load_space(path: str | Path) -> SearchSpace:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise UserError(_yaml_message(source, exc)) from None
+        raise UserError(_yaml_message(source, text, exc)) from None
     return build_space(data, source, file.stem)
 
 
@@ -97,15 +99,38 @@ def _resolve(path: Path) -> Path:
     raise UserError(f"search space {path} not found: give a YAML file or one of: {known}")
 
 
-def _yaml_message(source: str, exc: yaml.YAMLError) -> str:
+def _yaml_message(source: str, text: str, exc: yaml.YAMLError) -> str:
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    if mark is not None:
+    if mark is None:
+        return f"{source}: invalid YAML: {problem}"
+    lines = text.splitlines()
+
+    def quoted(line: int) -> str:
+        return repr(lines[line].strip()) if 0 <= line < len(lines) else "end of file"
+
+    # PyYAML reports where it noticed: an unclosed '{', '[' or quote is noticed lines later,
+    # at the next thing that cannot belong inside it. Point at where it was opened instead.
+    opened = getattr(exc, "context_mark", None)
+    context = getattr(exc, "context", None) or ""
+    what = next((w for k, w in _OPENERS.items() if k in context), None)
+    if opened is not None and what is not None and opened.line != mark.line:
         return (
-            f"{source}:{mark.line + 1}:{mark.column + 1}: invalid YAML: {problem}"
-            " (fix the syntax at that line and column)"
+            f"{source}:{opened.line + 1}:{opened.column + 1}: invalid YAML: the {what} opened "
+            f"here ({quoted(opened.line)}) is not closed before line {mark.line + 1} "
+            f"({quoted(mark.line)}: {problem})"
         )
-    return f"{source}: invalid YAML: {problem}"
+    return (
+        f"{source}:{mark.line + 1}:{mark.column + 1}: invalid YAML: {problem} "
+        f"({quoted(mark.line)}; fix the syntax at that line and column)"
+    )
+
+
+_OPENERS = {
+    "flow mapping": "'{'",
+    "flow sequence": "'['",
+    "quoted scalar": "quote",
+}
 
 
 def build_space(data: object, source: str, default_name: str) -> SearchSpace:
