@@ -12,6 +12,7 @@ from typing import NoReturn
 import typer
 
 from tuner.errors import UserError
+from tuner.init.command import init_command
 
 app = typer.Typer(
     name="tuner",
@@ -41,6 +42,9 @@ def _root() -> None:
 
 
 # Commands register themselves below; keep each block a thin call into its module.
+
+
+app.command("init")(init_command)  # tuner/init/command.py
 
 
 @app.command()
@@ -360,31 +364,9 @@ def dashboard_command(
     studies_dir: Path = typer.Option(Path("studies"), "--studies-dir", help=_STUDIES_DIR_HELP),
 ) -> None:
     """Serve optuna-dashboard on the study's storage (127.0.0.1 only) until Ctrl-C."""
-    import signal
+    from tuner.results.dashboard import dashboard_command as serve
 
-    from tuner.results.dashboard import DashboardAddress, serve_dashboard
-    from tuner.results.storage import locate_study, open_existing_storage
-
-    if storage is not None and study is None:
-        opened, name = open_existing_storage(storage, studies_dir), None  # all its studies
-    else:
-        location, note = locate_study(storage, study, studies_dir)
-        if note:
-            typer.echo(note, err=True)
-        opened, name = location.storage, location.study_name
-
-    def ready(address: DashboardAddress) -> None:
-        typer.echo(f"optuna-dashboard: {address.study_url or address.url}")
-        typer.echo("Ctrl-C stops.")
-
-    def stop(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)  # `kill` stops as cleanly as Ctrl-C
-    try:
-        serve_dashboard(opened, port=port, study_name=name, on_ready=ready)
-    except KeyboardInterrupt:
-        typer.echo("dashboard stopped")
+    serve(storage, study, port, studies_dir)
 
 
 @app.command("studies")

@@ -172,7 +172,7 @@ def parameter_counts(config: Mapping[str, Any]) -> dict[str, int]:
         gdn += (2 * key_dim + value_dim) * kernel  # depthwise conv
         gdn += 2 * v_heads + int(cfg.get("linear_value_head_dim", 128))  # A_log, dt_bias, norm
         gdn += value_dim * hidden  # out projection
-    experts = int(cfg.get("num_experts") or 0)
+    experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0)  # Qwen / Mixtral
     if experts:
         moe_ffn = int(cfg.get("moe_intermediate_size") or ffn)
         mlp = 3 * hidden * moe_ffn * experts + hidden * experts

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -78,3 +79,33 @@ def serve_dashboard(
         server.serve_forever(poll_interval=0.2)
     finally:
         server.server_close()
+
+
+def dashboard_command(storage: str | None, study: str | None, port: int, studies_dir: Path) -> None:
+    """`tuner dashboard`: find the study (or all of a --storage), serve until Ctrl-C or SIGTERM."""
+    import signal
+
+    from typer import echo
+
+    from tuner.results.storage import locate_study, open_existing_storage
+
+    if storage is not None and study is None:
+        opened, name = open_existing_storage(storage, studies_dir), None  # all its studies
+    else:
+        location, note = locate_study(storage, study, studies_dir)
+        if note:
+            echo(note, err=True)
+        opened, name = location.storage, location.study_name
+
+    def ready(address: DashboardAddress) -> None:
+        echo(f"optuna-dashboard: {address.study_url or address.url}")
+        echo("Ctrl-C stops.")
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)  # `kill` stops as cleanly as Ctrl-C
+    try:
+        serve_dashboard(opened, port=port, study_name=name, on_ready=ready)
+    except KeyboardInterrupt:
+        echo("dashboard stopped")

@@ -237,7 +237,11 @@ def build_parser(generation: str = "both") -> argparse.ArgumentParser:
     sim = p.add_argument_group("simulator-only options")
     s = sim.add_argument
     s("--sim-hardware", type=str, help="hardware profile name or YAML path")
-    s("--sim-model", type=str, help="model profile name or YAML path")
+    s(
+        "--sim-model",
+        type=str,
+        help="model profile name, YAML path or a directory with a config.json",
+    )
     s(
         "--sim-describe",
         action="store_true",

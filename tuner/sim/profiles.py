@@ -191,7 +191,10 @@ def _model_from_dict(data: dict[str, Any], source: str) -> ModelProfile:
 
 
 def load_model(name_or_path: str | None = None) -> ModelProfile:
+    """A shipped profile by name, a profile YAML file, or a directory holding a config.json."""
     source = name_or_path or DEFAULT_MODEL
+    if (Path(source) / "config.json").is_file():
+        return model_from_hf_config(source)
     return _model_from_dict(_read_yaml("model", source), source)
 
 
@@ -199,6 +202,8 @@ def model_config_dir(name_or_path: str | None = None) -> Path | None:
     """The directory of the Hugging Face ``config.json`` a model profile ships, if any: beside
     ``<name>.yaml`` as ``<name>/config.json``."""
     source = name_or_path or DEFAULT_MODEL
+    if (Path(source) / "config.json").is_file():
+        return Path(source)
     if source.endswith((".yaml", ".yml")):
         directory = Path(source).with_suffix("")
     else:
@@ -302,7 +307,8 @@ def model_from_hf_config(model_dir: str | Path) -> ModelProfile:
         # the b / a gate projections and the depthwise conv weights
         linear_params += hidden * 2 * v_heads + (2 * key_dim + value_dim) * kernel
 
-    experts = int(cfg.get("num_experts", 0) or 0)
+    # Qwen-MoE names the routed experts num_experts, Mixtral num_local_experts.
+    experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
     moe_ffn = int(cfg.get("moe_intermediate_size", ffn) or ffn)
     active_experts = int(cfg.get("num_experts_per_tok", 0) or 0)
     attn_params = (

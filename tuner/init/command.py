@@ -1,0 +1,75 @@
+"""The `tuner init` command: gather the facts, write the space, load it back, say what is next."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from tuner.errors import UserError
+
+if TYPE_CHECKING:  # the command line imports this module at start; the rest loads when init runs
+    from tuner.init.write import InitRequest
+
+
+def write_space(request: InitRequest, out: Path | None, force: bool = False) -> Path:
+    """Write the space for `request` (to `out`, default ./<name>.yaml) and check it loads."""
+    from tuner.init.facts import read_gpu, read_host, read_model, sglang_version
+    from tuner.init.write import space_name, space_text
+    from tuner.search.space_load import load_space
+
+    model = read_model(request.model_path)
+    gpu = read_gpu(request.gpu)
+    host = read_host(gpu, request.host_ram_gb)
+    version, version_source = sglang_version(request.sglang_version)
+    text = space_text(request, model, gpu, host, version, version_source)
+    path = out or Path(f"{request.name or space_name(model, gpu, request.workload)}.yaml")
+    if path.exists() and not force:
+        raise UserError(f"{path} exists: give another -o FILE, or --force to overwrite it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    load_space(path)  # the parser snapshot, the ranges, the workload: as optimize will
+    return path
+
+
+def init_command(
+    model_path: str = typer.Option(
+        ..., "--model-path", help="Checkpoint directory or hub id (its config.json must be here)."
+    ),
+    gpu: str | None = typer.Option(
+        None, "--gpu", help="GPU name (default: NVML's first GPU), or a simulator hardware name."
+    ),
+    workload: str = typer.Option("chat", "--workload", help="chat, rag, random or FILE.jsonl."),
+    slo: list[str] | None = typer.Option(
+        None, "--slo", help="Replaces the workload's default SLO, repeatable: 'p99_ttft_ms<=2000'."
+    ),
+    sglang_version: str | None = typer.Option(
+        None, "--sglang-version", help="Flag names of this release (default: the installed one)."
+    ),
+    draft_model: str | None = typer.Option(
+        None, "--draft-model", help="A draft model for STANDALONE speculation."
+    ),
+    host_ram_gb: float | None = typer.Option(
+        None, "--host-ram-gb", help="Host RAM for HiCache (default: /proc/meminfo)."
+    ),
+    name: str | None = typer.Option(None, "--name", help="Space (and study) name."),
+    out: Path | None = typer.Option(None, "-o", "--out", help="File to write (./<name>.yaml)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite the file."),
+) -> None:
+    """Write a commented search space for your model and GPU (no download, no launch)."""
+    from tuner.init.write import InitRequest
+
+    request = InitRequest(
+        model_path=model_path,
+        gpu=gpu,
+        workload=workload,
+        slos=list(slo or []),
+        sglang_version=sglang_version,
+        draft_model=draft_model,
+        host_ram_gb=host_ram_gb,
+        name=name,
+    )
+    path = write_space(request, out, force)
+    typer.echo(f"wrote {path}")
+    typer.echo(f"next: tuner optimize --space {path} --dry-run   (the cost, nothing launched)")

@@ -1,0 +1,230 @@
+"""What `tuner init` learns from this host: model shape, GPU, host RAM and the sglang version.
+
+Nothing is downloaded and nothing is launched. The model's config.json comes from a local
+directory or the local Hugging Face cache (tuner/engines/model_config.py); the GPU from NVML when
+nvidia-ml-py imports and finds one, else from `--gpu`, which also takes the simulator's hardware
+names; the GPU's spec-sheet figures from the search's table (tuner/search/gpu_specs.py); host RAM
+from /proc/meminfo (or the simulated host's, for a simulator hardware profile); the sglang version
+from the installed package's metadata, or `--sglang-version`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from tuner.engines.model_config import (
+    ModelConfigError,
+    ModelMemory,
+    find_config_dir,
+    hf_cache_dirs,
+    read_config,
+    text_config,
+)
+from tuner.engines.sglang import CANONICAL_VERSION, load_snapshot
+from tuner.errors import UserError
+from tuner.search.gpu_specs import GpuSpec, gpu_spec, known_gpus
+
+GB = 1e9
+HOST_RAM_RESERVE_GB = 10.0  # sglang refuses a host pool above free RAM less 10 GB
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    model_path: str  # as the user gave it: passed as --model-path
+    config_dir: Path
+    memory: ModelMemory
+    architecture: str
+    mtp_layers: int  # built-in MTP heads (num_nextn_predict_layers / mtp_num_hidden_layers)
+    experts: int  # routed experts of a mixture-of-experts model (0: dense)
+    experts_per_token: int
+    context_length: int
+
+    @property
+    def hybrid(self) -> bool:
+        return self.memory.hybrid
+
+    @property
+    def weight_gb(self) -> float:
+        return self.memory.weight_bytes / GB
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    spec: GpuSpec
+    memory_gb: float
+    source: str  # "NVML", "--gpu", or the simulator's profile
+    sim_hardware: str | None  # the simulator's hardware profile for this GPU, if it has one
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    ram_gb: float | None
+    source: str
+
+
+def read_model(model_path: str) -> ModelFacts:
+    """The model's shape from its config.json; a one-line UserError when it is not here."""
+    config_dir = find_config_dir(model_path)
+    if config_dir is None:
+        where = ", ".join(str(d) for d in hf_cache_dirs())
+        raise UserError(
+            f"no config.json for {model_path!r}: not a local directory and not in the Hugging "
+            f"Face cache ({where}); nothing is downloaded: fetch it first "
+            f"(huggingface-cli download {model_path} config.json) or give --model-path DIR"
+        )
+    try:
+        config = read_config(config_dir)
+        memory = ModelMemory.from_hf_config(config)
+    except (ModelConfigError, KeyError, TypeError, ValueError) as exc:
+        raise UserError(
+            f"{config_dir}/config.json: not a model shape tuner can read ({exc})"
+        ) from None
+    cfg = text_config(config)
+    mtp = int(cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 0)
+    experts = int(
+        cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts") or 0
+    )
+    architectures = config.get("architectures") or cfg.get("architectures") or ["unknown"]
+    return ModelFacts(
+        model_path=model_path,
+        config_dir=config_dir,
+        memory=memory,
+        architecture=str(architectures[0]),
+        mtp_layers=mtp,
+        experts=experts,
+        experts_per_token=int(cfg.get("num_experts_per_tok") or 0),
+        context_length=int(cfg.get("max_position_embeddings") or 32768),
+    )
+
+
+def read_gpu(name: str | None) -> GpuFacts:
+    """The GPU by `--gpu` (a table name or a simulator hardware name), else NVML's first GPU."""
+    if name is None:
+        found = _nvml_gpu()
+        if found is None:
+            raise UserError(
+                "no GPU found through NVML (nvidia-ml-py absent or no device): give --gpu NAME, "
+                f"one of: {_known_names()}, or a simulator hardware profile "
+                f"({_simulator_refusal('?').rpartition('shipped: ')[2] or 'see tuner/sim'})"
+            )
+        device, memory_gb = found
+        spec = gpu_spec(device)
+        if spec is None:
+            raise UserError(
+                f"GPU {device!r} (NVML) is not in the spec table (tuner/search/gpu_specs.py); "
+                f"give the closest with --gpu NAME, one of: {_known_names()}"
+            )
+        return GpuFacts(spec, memory_gb, f"NVML: {device}", None)
+    described = _simulator_hardware(name)
+    spec = gpu_spec(described["gpu_name"] if described else name.replace("-", " "))
+    if spec is None:
+        raise UserError(
+            f"--gpu {name!r} is not a GPU tuner knows: the spec table has {_known_names()}; "
+            f"the simulator says: {_simulator_refusal(name)}"
+        )
+    if described is None:  # a table name: does the simulator model that GPU too?
+        described = _simulator_hardware(_slug(spec.name))
+    if described is not None:
+        return GpuFacts(
+            spec,
+            float(described["gpu_memory_gb"]),
+            f"--gpu {name} (the simulator's {described['hardware']} profile)",
+            str(described["hardware"]),
+        )
+    return GpuFacts(spec, spec.memory_gb, f"--gpu {name} (spec sheet)", None)
+
+
+def read_host(gpu: GpuFacts, ram_gb: float | None = None) -> HostFacts:
+    """Host RAM for the HiCache bound: given, the simulated host's, or this host's MemAvailable."""
+    if ram_gb is not None:
+        return HostFacts(ram_gb, "--host-ram-gb")
+    if gpu.sim_hardware is not None:
+        described = _simulator_hardware(gpu.sim_hardware)
+        if described is not None:
+            return HostFacts(
+                float(described["host_ram_gb"]), f"the simulator's {gpu.sim_hardware} host"
+            )
+    available = meminfo_available_gb()
+    return HostFacts(available, "/proc/meminfo MemAvailable on this host")
+
+
+def meminfo_available_gb(path: Path = Path("/proc/meminfo")) -> float | None:
+    try:
+        for line in path.read_text().splitlines():
+            key, _, rest = line.partition(":")
+            if key == "MemAvailable":
+                return float(rest.split()[0]) * 1024 / GB  # kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def sglang_version(given: str | None) -> tuple[str, str]:
+    """(version whose flag names the space uses, where it came from)."""
+    if given:
+        load_snapshot(given)  # unknown: a UserError listing the known versions
+        return given, "--sglang-version"
+    installed = installed_sglang()
+    if installed is None:
+        return CANONICAL_VERSION, "sglang is not installed here: the newest flag snapshot"
+    load_snapshot(installed)
+    return installed, "the installed sglang"
+
+
+def installed_sglang() -> str | None:
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _known_names() -> str:
+    return ", ".join(known_gpus())
+
+
+def _slug(name: str) -> str:
+    return name.lower().replace(" ", "-")
+
+
+def _simulator_hardware(name: str) -> dict[str, Any] | None:
+    """The simulator's description of its hardware profile `name`, or None when it has none."""
+    code, text = _describe(name)
+    if code != 0:
+        return None
+    described: dict[str, Any] = json.loads(text)
+    return {**described, "hardware": name}
+
+
+def _simulator_refusal(name: str) -> str:
+    """What the simulator says about a hardware name it has no profile for (lists its own)."""
+    code, text = _describe(name)
+    return "" if code == 0 else text.strip().removeprefix("error: ")
+
+
+@cache
+def _describe(name: str) -> tuple[int, str]:
+    # The simulator is reached through its command line only (tests/test_architecture.py).
+    argv = [sys.executable, "-m", "tuner.sim", "--sim-describe", "--sim-hardware", name]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    return out.returncode, out.stdout if out.returncode == 0 else out.stderr
+
+
+def _nvml_gpu() -> tuple[str, float] | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        raw = pynvml.nvmlDeviceGetName(handle)
+        total = pynvml.nvmlDeviceGetMemoryInfo(handle).total
+        pynvml.nvmlShutdown()
+    except Exception:
+        return None
+    return (raw.decode() if isinstance(raw, bytes) else str(raw)), float(total) / GB

@@ -1,0 +1,309 @@
+"""Which sglang flags apply to a model, GPU and workload, their bounds, and a comment saying why.
+
+The rules (each param's comment in the written file repeats its own):
+
+- `mem_fraction_static` always: from just above the weights' share of the GPU (plus 5 points, at
+  least 0.60) to 0.95; the model must leave room for a KV cache at 0.95 or init refuses.
+- `max_running_requests` always, `{low: 1, high: concurrency, log: true}`: the relative bound of
+  the search issue (tuner/search/bounds.py); a closed loop of C clients never runs more than C.
+- `chunked_prefill_size` always: 2048-16384, the prefill chunk against the decode stall.
+- speculation only with MTP heads in config.json (NEXTN) or a draft model given (STANDALONE).
+- `mamba_radix_cache_strategy` (+ overlap off for no_buffer) only for hybrid models.
+- `schedule_policy` and HiCache only for workloads that reuse prefixes (chat, RAG, a JSONL file);
+  HiCache only when the workload's working set is larger than the smallest KV pool of the space
+  (otherwise nothing is ever evicted to host RAM) and host RAM holds at least a ratio of 1;
+  `hicache_ratio` up to what host RAM holds (free RAM less sglang's 10 GB, over the largest KV
+  pool), and no further than the ratio that holds the whole working set.
+
+Flags are written with their 0.5.23 names (the format's); a flag or choice the chosen sglang
+release's parser lacks is left out, and renamed flags say what they are passed as.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.engines.sglang import RENAMED_FLAGS, build_server_args, load_snapshot
+from tuner.errors import UserError
+from tuner.init.facts import GB, HOST_RAM_RESERVE_GB, GpuFacts, HostFacts, ModelFacts
+from tuner.search.estimate import WorkloadShape
+from tuner.search.feasibility import estimate_memory
+
+MEM_FRACTION_HIGH = 0.95
+CHUNKS = [2048, 4096, 8192, 16384]
+MAX_HICACHE_RATIO = 16.0
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    spec: dict[str, Any]
+    why: list[str]  # comment lines written above it
+
+
+@dataclass(frozen=True)
+class Plan:
+    params: list[Param]
+    notes: list[str]  # header lines: what was left out and why
+
+
+def plan_params(
+    model: ModelFacts,
+    gpu: GpuFacts,
+    host: HostFacts,
+    workload: dict[str, Any],
+    concurrency: int,
+    version: str,
+    draft_model: str | None = None,
+) -> Plan:
+    params: list[Param] = []
+    notes: list[str] = []
+    weights = model.memory.weight_bytes + model.memory.draft_bytes
+    share = weights / (gpu.memory_gb * GB)
+    low = max(0.60, math.ceil((share + 0.05) * 100) / 100)
+    while low < MEM_FRACTION_HIGH and not _fits(model, gpu, {"mem_fraction_static": low}):
+        low = round(low + 0.01, 2)  # the lowest fraction at which sglang's plan leaves a pool
+    if not _fits(model, gpu, {"mem_fraction_static": MEM_FRACTION_HIGH}):
+        raise UserError(
+            f"{model.model_path}: {model.weight_gb:.1f} GB of weights leave no room for a KV "
+            f"cache on one {gpu.spec.name} ({gpu.memory_gb:.0f} GB) even at "
+            f"--mem-fraction-static {MEM_FRACTION_HIGH}; use a larger GPU or tensor parallelism"
+        )
+    params.append(
+        Param(
+            "mem_fraction_static",
+            {"low": low, "high": MEM_FRACTION_HIGH, "step": 0.01},
+            [
+                f"Weights take {weights / GB:.1f} of the {gpu.memory_gb:.0f} GB ({share:.0%}); "
+                "low: that share + 0.05 (at least 0.60, and where sglang's memory plan still "
+                "leaves a KV pool);",
+                "high 0.95: above it activations and CUDA graphs starve.",
+            ],
+        )
+    )
+    params += _speculation(model, draft_model)
+    if model.hybrid:
+        params += _mamba(model)
+    elif model.experts:
+        notes.append(
+            f"Mixture of experts ({model.experts} experts, {model.experts_per_token} per token): "
+            "on one GPU there is no expert-parallel flag to tune."
+        )
+    reuses_prefixes = workload.get("kind") in ("multi-turn", "shared-prefix", "jsonl")
+    if reuses_prefixes:
+        params.append(
+            Param(
+                "schedule_policy",
+                {"choices": ["fcfs", "lpm"]},
+                [
+                    "lpm (longest prefix match) orders the queue to reuse cached prefixes; fcfs is",
+                    "sglang's default. Only for workloads that share prefixes.",
+                ],
+            )
+        )
+        params += _hicache(model, gpu, host, workload, concurrency, low, notes)
+    else:
+        notes.append("No prefix reuse in a random workload: no schedule policy, no HiCache.")
+    params.append(
+        Param(
+            "max_running_requests",
+            {"low": 1, "high": "concurrency", "log": True},
+            [
+                "Relative bound (tuner/search/bounds.py): a closed loop of bench.concurrency",
+                "clients never runs more requests at once; a higher cap behaves the same.",
+            ],
+        )
+    )
+    params.append(
+        Param(
+            "chunked_prefill_size",
+            {"choices": CHUNKS},
+            ["Prefill chunk: larger chunks prefill faster but stall running decodes longer."],
+        )
+    )
+    return _for_version(Plan(params, notes), version)
+
+
+def _speculation(model: ModelFacts, draft_model: str | None) -> list[Param]:
+    algorithms: list[Any] = [None]
+    why = []
+    if model.mtp_layers:
+        algorithms.append("NEXTN")
+        why.append(
+            f"Speculation: config.json has {model.mtp_layers} MTP layer(s) "
+            "(num_nextn_predict_layers / mtp_num_hidden_layers): NEXTN drafts with them."
+        )
+    if draft_model:
+        algorithms.append("STANDALONE")
+        why.append(f"Speculation: STANDALONE drafts with the given draft model {draft_model}.")
+    if len(algorithms) == 1:
+        return []
+    on = {"speculative_algorithm": algorithms[1:] if len(algorithms) > 2 else algorithms[1]}
+    out = [
+        Param("speculative_algorithm", {"choices": algorithms}, [*why, "null = no speculation."]),
+        Param(
+            "speculative_num_steps",
+            {"low": 1, "high": 5, "when": on},
+            ["Draft steps 1-5: more steps win when drafts are accepted, cost when not."],
+        ),
+        Param(
+            "speculative_eagle_topk",
+            {"choices": [1], "when": on},
+            ["topk 1 keeps the draft a chain (draft tokens = steps + 1, sglang's own pick)."],
+        ),
+        Param(
+            "speculative_num_draft_tokens",
+            {"derive": "speculative_num_steps + 1", "when": on},
+            ["Derived: a chain of steps + 1 tokens."],
+        ),
+    ]
+    if draft_model:
+        out.append(
+            Param(
+                "speculative_draft_model_path",
+                {"choices": [draft_model], "when": {"speculative_algorithm": "STANDALONE"}},
+                ["The draft model, passed only when STANDALONE speculation is on."],
+            )
+        )
+    return out
+
+
+def _mamba(model: ModelFacts) -> list[Param]:
+    state_mb = model.memory.state_bytes_per_request / 1e6
+    return [
+        Param(
+            "mamba_radix_cache_strategy",
+            {"choices": ["no_buffer", "extra_buffer"]},
+            [
+                f"Hybrid model ({state_mb:.0f} MB of recurrent state per request): extra_buffer",
+                "keeps extra state slots (fewer running requests) and lets prefix caching and",
+                "speculation work with the linear-attention layers.",
+            ],
+        ),
+        Param(
+            "disable_overlap_schedule",
+            {"choices": [True], "when": {"mamba_radix_cache_strategy": "no_buffer"}},
+            [
+                "sglang refuses an explicit no_buffer with overlap scheduling on; its own `auto`",
+                "switches overlap off for no_buffer, so the space does the same.",
+            ],
+        ),
+    ]
+
+
+def _hicache(
+    model: ModelFacts,
+    gpu: GpuFacts,
+    host: HostFacts,
+    workload: dict[str, Any],
+    concurrency: int,
+    low_fraction: float,
+    notes: list[str],
+) -> list[Param]:
+    working_set = WorkloadShape.of(workload, concurrency).working_set
+    # The smallest pool of the space: the lowest fraction, with the longest MTP draft's reserve.
+    worst: dict[str, Any] = {"mem_fraction_static": low_fraction}
+    if model.mtp_layers:
+        worst.update(
+            speculative_algorithm="NEXTN",
+            speculative_num_steps=5,
+            speculative_eagle_topk=1,
+            speculative_num_draft_tokens=6,
+            max_running_requests=concurrency,
+        )
+    smallest = estimate_memory(worst, model.memory, gpu.memory_gb)
+    if not smallest.fits:  # the longest draft does not fit there: the smallest pool that does
+        smallest = estimate_memory(
+            {"mem_fraction_static": low_fraction}, model.memory, gpu.memory_gb
+        )
+    largest = estimate_memory(
+        {"mem_fraction_static": MEM_FRACTION_HIGH}, model.memory, gpu.memory_gb
+    )
+    if smallest.fits and smallest.kv_tokens >= working_set:
+        notes.append(
+            f"No HiCache: the smallest KV pool of this space ({smallest.kv_tokens:,} tokens) "
+            f"already holds the workload's working set (~{working_set:,.0f} tokens)."
+        )
+        return []
+    pool_gb = largest.kv_tokens * model.memory.kv_bytes_per_token / GB
+    if host.ram_gb is None:
+        notes.append("No HiCache: host RAM unknown (no /proc/meminfo); give --host-ram-gb.")
+        return []
+    by_ram = (host.ram_gb - HOST_RAM_RESERVE_GB) / max(pool_gb, 1e-9)
+    by_need = working_set / max(smallest.kv_tokens, 1)
+    high = math.floor(min(by_ram, max(by_need, 2.0), MAX_HICACHE_RATIO) * 2) / 2
+    if high < 1.0:
+        notes.append(
+            f"No HiCache: {host.ram_gb:.0f} GB of host RAM ({host.source}) less sglang's "
+            f"{HOST_RAM_RESERVE_GB:.0f} GB cannot hold one KV pool ({pool_gb:.1f} GB)."
+        )
+        return []
+    on = {"enable_hierarchical_cache": True}
+    return [
+        Param(
+            "enable_hierarchical_cache",
+            {"choices": [False, True]},
+            [
+                f"HiCache: the working set (~{working_set:,.0f} tokens) outgrows the smallest KV "
+                f"pool ({smallest.kv_tokens:,}),",
+                "so evicted prefixes can be kept in host RAM.",
+            ],
+        ),
+        Param(
+            "hicache_ratio",
+            {"low": 1.0, "high": max(high, 1.0), "step": 0.5, "when": on},
+            [
+                f"Host pool = ratio x device KV pool (largest {pool_gb:.1f} GB). high: host RAM "
+                f"{host.ram_gb:.0f} GB ({host.source})",
+                f"less {HOST_RAM_RESERVE_GB:.0f} GB allows {by_ram:.1f}; the working set needs "
+                f"{by_need:.1f} (at least 2); at most {MAX_HICACHE_RATIO:g}.",
+            ],
+        ),
+        Param(
+            "hicache_write_policy",
+            {"choices": ["write_through", "write_back"], "when": on},
+            ["When evicted KV is copied to host RAM: at once, or only on eviction."],
+        ),
+    ]
+
+
+def _fits(model: ModelFacts, gpu: GpuFacts, flags: dict[str, Any]) -> bool:
+    return estimate_memory(flags, model.memory, gpu.memory_gb).fits
+
+
+def _for_version(plan: Plan, version: str) -> Plan:
+    """Keep what `version`'s parser accepts; say what a renamed flag is passed as."""
+    snapshot = load_snapshot(version)
+    renamed = {new: old for new, old in RENAMED_FLAGS}
+    kept: list[Param] = []
+    notes = list(plan.notes)
+    for param in plan.params:
+        why = list(param.why)
+        if snapshot.option(param.name) is None:
+            old = renamed.get(param.name)
+            if old is None or snapshot.option(old) is None:
+                notes.append(f"sglang {version} has no --{param.name.replace('_', '-')}: left out.")
+                continue
+            why.append(f"Passed as --{old.replace('_', '-')} to sglang {version}.")
+        spec = dict(param.spec)
+        if "choices" in spec:
+            accepted = [c for c in spec["choices"] if _accepted(param.name, c, version)]
+            if not accepted:
+                notes.append(f"sglang {version} accepts none of {param.name}'s choices: left out.")
+                continue
+            spec["choices"] = accepted
+        kept.append(Param(param.name, spec, why))
+    names = {p.name for p in kept}
+    # A conditional param whose condition's param was dropped would never load.
+    kept = [p for p in kept if all(k in names for k in p.spec.get("when", {}))]
+    return Plan(kept, notes)
+
+
+def _accepted(name: str, value: Any, version: str) -> bool:
+    try:
+        build_server_args({name: value}, version)
+    except UserError:
+        return False
+    return True

@@ -1,0 +1,205 @@
+"""The search-space file `tuner init` writes: header, commented params, workload, goals.
+
+    text = space_text(InitRequest(...), model, gpu, host, version, version_source)
+
+The workload templates and their default SLOs (stated in the file):
+
+    chat     multi-turn: 32 conversations x 4 turns, a 2048-token system prompt, 256-token user
+             turns and answers; 16 clients; p99_ttft_ms <= 3000
+    rag      shared-prefix: 16 documents of 4096 tokens x 16 questions of 128 tokens, 256-token
+             answers; 32 clients; p99_ttft_ms <= 3000
+    random   200 requests of 1024 prompt and 256 output tokens; 32 clients; p99_ttft_ms <= 2000
+    FILE     a JSONL file (one request a line: prompt or input_ids, optional output_len);
+             16 clients; p99_ttft_ms <= 3000
+
+Objectives are always output tok/s (maximized) against median TPOT (minimized).
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from tuner.errors import UserError
+from tuner.init.facts import GpuFacts, HostFacts, ModelFacts
+
+if TYPE_CHECKING:
+    from tuner.init.params import Plan
+
+# kind -> (workload, bench.concurrency, default SLO, what it models)
+TEMPLATES: dict[str, tuple[dict[str, Any], int, str, str]] = {
+    "chat": (
+        {"kind": "multi-turn", "conversations": 32, "turns": 4, "system_prompt_len": 2048,
+         "user_len": 256, "answer_len": 256, "seed": 0},
+        16, "p99_ttft_ms <= 3000",
+        "Chat sessions: a shared system prompt, then turns that each resend the whole history.",
+    ),
+    "rag": (
+        {"kind": "shared-prefix", "groups": 16, "prompts_per_group": 16,
+         "system_prompt_len": 4096, "question_len": 128, "output_len": 256, "seed": 0},
+        32, "p99_ttft_ms <= 3000",
+        "Retrieval-augmented questions: 16 documents, 16 questions on each (shared prefixes).",
+    ),
+    "random": (
+        {"kind": "random", "requests": 200, "input_len": 1024, "output_len": 256, "seed": 0},
+        32, "p99_ttft_ms <= 2000",
+        "Independent requests of fixed length: no prefix is shared.",
+    ),
+}  # fmt: skip
+JSONL_CONCURRENCY, JSONL_SLO = 16, "p99_ttft_ms <= 3000"
+DEFAULT_TIME_SCALE = 50
+
+
+@dataclass(frozen=True)
+class InitRequest:
+    model_path: str
+    gpu: str | None = None
+    workload: str = "chat"
+    slos: list[str] = field(default_factory=list)
+    sglang_version: str | None = None
+    draft_model: str | None = None
+    host_ram_gb: float | None = None
+    name: str | None = None
+
+
+def workload_template(choice: str) -> tuple[dict[str, Any], int, str, str]:
+    if choice in TEMPLATES:
+        return TEMPLATES[choice]
+    if choice.endswith(".jsonl"):
+        if not Path(choice).is_file():
+            raise UserError(f"--workload {choice}: no such file")
+        return (
+            {"kind": "jsonl", "file": choice, "seed": 0},
+            JSONL_CONCURRENCY,
+            JSONL_SLO,
+            f"Requests replayed from {choice}.",
+        )
+    raise UserError(f"--workload {choice!r}: one of {', '.join(TEMPLATES)} or a FILE.jsonl")
+
+
+def space_name(model: ModelFacts, gpu: GpuFacts, workload: str) -> str:
+    base = model.model_path.rstrip("/").split("/")[-1]
+    kind = workload if workload in TEMPLATES else "jsonl"
+    text = f"{base}-{gpu.spec.name}-{kind}".lower()
+    return re.sub(r"[^a-z0-9._-]+", "-", text).strip("-.") or "my-model"
+
+
+def space_text(
+    request: InitRequest,
+    model: ModelFacts,
+    gpu: GpuFacts,
+    host: HostFacts,
+    version: str,
+    version_source: str,
+) -> str:
+    from tuner.init.params import plan_params  # numpy, optuna: only when init runs
+
+    workload, concurrency, default_slo, story = workload_template(request.workload)
+    plan = plan_params(model, gpu, host, workload, concurrency, version, request.draft_model)
+    name = request.name or space_name(model, gpu, request.workload)
+    slos = list(request.slos) or [default_slo]
+    lines = _header(request, model, gpu, host, version, version_source, plan)
+    lines += [
+        f"name: {name}",
+        f'engine: {{name: sglang, version: "{version}"}}',
+        f"model_path: {_scalar(model.model_path)}",
+        "fixed_flags:",
+        "  enable_metrics: true  # sglang's /metrics: queue and cache figures in the trial logs",
+    ]
+    lines += _sim_lines(model, gpu)
+    lines += ["", "params:"]
+    for param in plan.params:
+        lines += [f"  # {part}" for part in textwrap.wrap(" ".join(param.why), 94)]
+        lines.append(f"  {param.name}: {_flow(param.spec)}")
+    lines += ["", f"# {story}", "workload:"]
+    lines += [f"  {key}: {_scalar(value)}" for key, value in workload.items()]
+    lines += [
+        "",
+        "# A closed loop of `concurrency` clients; the stage pruner checks after each of 4 stages.",
+        "bench:",
+        f"  concurrency: {concurrency}",
+        "  request_rate: null",
+        "  warmup_requests: 2",
+        "  stages: 4",
+        "  api: generate",
+        "  timeout_s: 600",
+        "",
+        "# Defaults: the server's output tok/s (maximized) against the per-user speed, median",
+        "# time per output token (minimized).",
+        "objectives: {throughput: output_throughput, latency: median_tpot_ms}",
+        "# " + ("Given with --slo." if request.slos else f"Default for this workload: {slos[0]}."),
+        "slos:",
+    ]
+    lines += [f"  - {_scalar(slo)}" for slo in slos]
+    return "\n".join(lines) + "\n"
+
+
+def _header(
+    request: InitRequest,
+    model: ModelFacts,
+    gpu: GpuFacts,
+    host: HostFacts,
+    version: str,
+    version_source: str,
+    plan: Plan,
+) -> list[str]:
+    kind = "hybrid (linear + full attention)" if model.hybrid else "full attention"
+    if model.experts:
+        kind += f", mixture of {model.experts} experts"
+    ram = f"{host.ram_gb:.0f} GB ({host.source})" if host.ram_gb is not None else "unknown"
+    lines = [
+        f"Search space written by `tuner init` for {model.model_path}.",
+        f"Model: {model.architecture}, {kind}, {model.weight_gb:.1f} GB of weights"
+        + (f", {model.mtp_layers} MTP layer(s)" if model.mtp_layers else "")
+        + f" (config.json in {model.config_dir}).",
+        f"GPU: {gpu.spec.name}, {gpu.memory_gb:.0f} GB, {gpu.spec.bandwidth_gb_s:g} GB/s "
+        f"({gpu.source}). Host RAM: {ram}.",
+        f"sglang {version} ({version_source}) decides the flag names.",
+        *plan.notes,
+        "",
+        "Format: docs/writing-a-space.md. Every param below says why it is here and where its",
+        "bounds come from; edit freely, `tuner optimize --space FILE --dry-run` shows the cost.",
+    ]
+    return [f"# {part}".rstrip() for line in lines for part in textwrap.wrap(line, 96) or [""]]
+
+
+def _sim_lines(model: ModelFacts, gpu: GpuFacts) -> list[str]:
+    hardware = gpu.sim_hardware
+    parts = [f"hardware: {hardware}"] if hardware else []
+    what = [f"the {hardware} hardware profile" if hardware else "its default hardware profile"]
+    profile = _sim_model_profile(model)
+    if profile:
+        parts.append(f"model: {profile}")
+        what.append(f"the {profile} model profile")
+    elif Path(model.model_path).is_dir():
+        what.append("a model built from this config.json (--model-path is its directory)")
+    else:  # a hub id found in the local cache: point the simulator at the cached config.json
+        parts.append(f"model: {_scalar(str(model.config_dir))}")
+        what.append("a model built from the cached config.json")
+    parts.append(f"time_scale: {DEFAULT_TIME_SCALE}")
+    comment = (
+        f"Simulator only (--engine sim): {' and '.join(what)}, {DEFAULT_TIME_SCALE}x real time."
+    )
+    return [*(f"# {part}" for part in textwrap.wrap(comment, 96)), f"sim: {{{', '.join(parts)}}}"]
+
+
+def _sim_model_profile(model: ModelFacts) -> str | None:
+    """The simulator's model profile when config.json is one it ships (profiles/model/<name>/)."""
+    parts = model.config_dir.resolve().parts
+    if len(parts) >= 3 and parts[-3:-1] == ("profiles", "model") and "sim" in parts:
+        return parts[-1]
+    return None
+
+
+def _flow(spec: dict[str, Any]) -> str:
+    return yaml.safe_dump(spec, default_flow_style=True, sort_keys=False, width=1000).strip()
+
+
+def _scalar(value: Any) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True, width=1000).strip()
+    return text.removesuffix("...").strip()
