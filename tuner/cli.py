@@ -120,6 +120,9 @@ def optimize(
         min=1,
         help="Database storages: seconds between heartbeats; a trial silent for 3 is retried.",
     ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the cost and the first configurations; launch nothing."
+    ),
 ) -> None:
     """Run (or resume) a study: sample launch flags, launch, benchmark, prune, record."""
     from tuner.optimize import run_optimize
@@ -145,7 +148,7 @@ def optimize(
         tp_size=tp_size,
         heartbeat_s=heartbeat,
     )
-    if run_optimize(options, space, workers=workers, report=report):
+    if run_optimize(options, space, workers=workers, report=report, dry_run=dry_run):
         raise typer.Exit(130)
 
 

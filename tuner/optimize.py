@@ -6,6 +6,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from tuner.preflight import preflight
 from tuner.progress import OptimizeDisplay
 from tuner.results.report import write_report
 from tuner.results.storage import open_storage
@@ -16,8 +17,11 @@ from tuner.search.workers import gpu_groups, run_parallel
 from tuner.summary import print_summary
 
 
-def run_optimize(options: StudyOptions, space: Path | None, workers: int, report: bool) -> bool:
+def run_optimize(
+    options: StudyOptions, space: Path | None, workers: int, report: bool, dry_run: bool = False
+) -> bool:
     """Run (or resume) the study with a live display, print the summary, write the report.
+    First the cost; `dry_run` stops after it and the first configurations (tuner/preflight.py).
 
     Returns True when Ctrl-C interrupted the study (the caller exits with 130).
     """
@@ -26,6 +30,8 @@ def run_optimize(options: StudyOptions, space: Path | None, workers: int, report
     quiet_optuna()
     console = Console()
     loaded_space = load_space(space or default_space_path())  # bad YAML: one line, exit 2
+    if preflight(console, loaded_space, options, dry_run):
+        return False  # a dry run: nothing launched, no study created
     display = OptimizeDisplay(
         console, options.trials, loaded_space.objectives.throughput, loaded_space.objectives.latency
     )

@@ -10,7 +10,6 @@ from the installed package's metadata, or `--sglang-version`.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from tuner.engines.model_config import (
 from tuner.engines.sglang import CANONICAL_VERSION, load_snapshot
 from tuner.errors import UserError
 from tuner.search.gpu_specs import GpuSpec, gpu_spec, known_gpus
+from tuner.search.version_check import installed_sglang
 
 GB = 1e9
 HOST_RAM_RESERVE_GB = 10.0  # sglang refuses a host pool above free RAM less 10 GB
@@ -176,13 +176,6 @@ def sglang_version(given: str | None) -> tuple[str, str]:
         return CANONICAL_VERSION, "sglang is not installed here: the newest flag snapshot"
     load_snapshot(installed)
     return installed, "the installed sglang"
-
-
-def installed_sglang() -> str | None:
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _known_names() -> str:

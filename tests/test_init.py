@@ -1,0 +1,167 @@
+"""`tuner init`: spaces for the shipped models and two other families, that load, hold exactly the
+params that apply, and run on the simulator; the errors a user meets first."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+from typer.testing import CliRunner
+
+from tuner.cli import app
+from tuner.errors import UserError
+from tuner.init.command import write_space
+from tuner.init.write import InitRequest
+from tuner.search.options import StudyOptions
+from tuner.search.space_load import load_space
+from tuner.search.study import run_study
+
+ROOT = Path(__file__).resolve().parents[1]
+SIM_MODELS = ROOT / "tuner" / "sim" / "profiles" / "model"
+TEST_MODELS = ROOT / "tests" / "data" / "models"
+
+SPECULATION = {
+    "speculative_algorithm",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+}
+MAMBA = {"mamba_radix_cache_strategy", "disable_overlap_schedule"}
+HICACHE = {"enable_hierarchical_cache", "hicache_ratio", "hicache_write_policy"}
+ALWAYS = {"mem_fraction_static", "max_running_requests", "chunked_prefill_size"}
+
+# model dir, GPU, workload -> the params that apply
+CASES = {
+    "qwen3.6-27b": (
+        SIM_MODELS / "qwen3.6-27b",
+        "rtx-pro-6000-blackwell",
+        "chat",
+        # MTP heads (NEXTN) and a hybrid model (Mamba strategy); the smallest KV pool already
+        # holds the chat working set, so no HiCache.
+        ALWAYS | SPECULATION | MAMBA | {"schedule_policy"},
+    ),
+    "qwen3-8b": (SIM_MODELS / "qwen3-8b", "h200", "rag", ALWAYS | {"schedule_policy"}),
+    "llama-3.1-8b": (TEST_MODELS / "llama-3.1-8b", "h200", "random", ALWAYS),
+    # 93 GB of weights on 150 GB: a small KV pool that the RAG documents outgrow.
+    "mixtral-8x7b": (
+        TEST_MODELS / "mixtral-8x7b", "h200", "rag", ALWAYS | {"schedule_policy"} | HICACHE
+    ),
+}  # fmt: skip
+
+
+def _init(tmp_path: Path, model: Path | str, gpu: str, workload: str = "chat", **kw) -> Path:
+    request = InitRequest(model_path=str(model), gpu=gpu, workload=workload, **kw)
+    return write_space(request, tmp_path / f"{Path(model).name}.yaml")
+
+
+def _fast(path: Path) -> Path:
+    """The written space with a tiny workload and a fast simulator, for a 3-trial run."""
+    data = yaml.safe_load(path.read_text())
+    data["sim"] = {**data["sim"], "time_scale": 200}
+    data["workload"] = {"kind": "random", "requests": 8, "input_len": 256, "output_len": 16}
+    data["bench"] = {**data["bench"], "concurrency": 4, "stages": 1, "warmup_requests": 0}
+    data["slos"] = ["p99_ttft_ms <= 600000"]
+    fast = path.with_name(path.stem + "-fast.yaml")
+    fast.write_text(yaml.safe_dump(data, sort_keys=False))
+    return fast
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_init_writes_a_space_with_exactly_the_params_that_apply_and_it_runs(tmp_path, name):
+    model, gpu, workload, expected = CASES[name]
+    path = _init(tmp_path, model, gpu, workload)
+    space = load_space(path)  # the format, the ranges, and every flag against 0.5.23's parser
+    assert set(space.params) == expected
+    assert space.params["max_running_requests"].relative == {"high": "concurrency"}
+    assert space.params["max_running_requests"].high == space.bench.concurrency
+    text = path.read_text()
+    for param in space.params:  # a comment above every param says why it is there
+        lines = text.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"  {param}:"))
+        assert lines[at - 1].startswith("  # "), param
+    assert space.sim["hardware"] == gpu
+    if model.parent == SIM_MODELS:
+        assert space.sim["model"] == name  # the simulator's own profile
+    else:
+        assert "model" not in space.sim  # served from config.json through --model-path
+
+    fast = _fast(path)
+    options = StudyOptions(trials=3, space_path=fast, studies_dir=tmp_path / "studies", seed=0)
+    run_study(options)
+    study = optuna.load_study(
+        study_name=space.name, storage=f"sqlite:///{tmp_path / 'studies' / space.name}.db"
+    )
+    done = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len([t for t in done if t.user_attrs.get("outcome") != "skipped"]) >= 3
+    assert any(t.state == TrialState.COMPLETE for t in done)
+
+
+def test_hicache_ratio_is_bounded_by_host_ram(tmp_path):
+    model = SIM_MODELS / "qwen3.6-27b"
+    roomy = load_space(_init(tmp_path / "a", model, "rtx-pro-6000-blackwell", "rag"))
+    assert set(roomy.params) >= HICACHE
+    ratio = roomy.params["hicache_ratio"]
+    assert ratio.low == 1.0 and ratio.high > 1.0
+    # 40 GB of host RAM less sglang's 10 GB holds about one KV pool of ~22 GB, not more.
+    tight = _init(tmp_path / "b", model, "rtx-pro-6000-blackwell", "rag", host_ram_gb=40)
+    assert load_space(tight).params["hicache_ratio"].high == 1.0
+    assert "host RAM 40 GB (--host-ram-gb)" in tight.read_text()
+    none = _init(tmp_path / "c", model, "rtx-pro-6000-blackwell", "rag", host_ram_gb=20)
+    assert not HICACHE & set(load_space(none).params)
+    assert "No HiCache: 20 GB of host RAM" in none.read_text()
+
+
+def test_a_draft_model_brings_standalone_speculation(tmp_path):
+    path = _init(
+        tmp_path, TEST_MODELS / "llama-3.1-8b", "h200", "random", draft_model="org/draft-1b"
+    )
+    space = load_space(path)
+    assert space.params["speculative_algorithm"].choices == (None, "STANDALONE")
+    draft = space.params["speculative_draft_model_path"]
+    assert draft.choices == ("org/draft-1b",)
+    assert draft.when == {"speculative_algorithm": ("STANDALONE",)}
+
+
+def test_older_release_names_and_a_jsonl_workload(tmp_path):
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text("".join(json.dumps({"prompt": f"q{i}"}) + "\n" for i in range(4)))
+    path = _init(
+        tmp_path, SIM_MODELS / "qwen3.6-27b", "rtx-pro-6000-blackwell", str(requests),
+        sglang_version="0.5.10", slos=["median_ttft_ms <= 500"],
+    )  # fmt: skip
+    space = load_space(path)
+    assert space.engine_version == "0.5.10"
+    assert space.workload == {"kind": "jsonl", "file": str(requests), "seed": 0}
+    assert [str(s) for s in space.slos] == ["median_ttft_ms <= 500"]
+    assert "Passed as --mamba-scheduler-strategy to sglang 0.5.10." in path.read_text()
+
+
+def test_first_errors_are_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(UserError) as missing:
+        _init(tmp_path, "nobody/no-such-model", "h200")
+    assert "no config.json for 'nobody/no-such-model'" in str(missing.value)
+    assert "\n" not in str(missing.value)
+    with pytest.raises(UserError) as unknown:
+        _init(tmp_path, SIM_MODELS / "qwen3-8b", "tpu-v5")
+    assert "H100 SXM" in str(unknown.value) and "h200, rtx-pro-6000-blackwell" in str(unknown.value)
+    with pytest.raises(UserError) as too_big:  # 93 GB of weights on a 48 GB GPU
+        _init(tmp_path, TEST_MODELS / "mixtral-8x7b", "L40S")
+    assert "leave no room for a KV cache" in str(too_big.value)
+
+
+def test_init_command_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["init", "--model-path", str(TEST_MODELS / "llama-3.1-8b"), "--gpu", "H100 SXM"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    written = tmp_path / "llama-3.1-8b-h100-sxm-chat.yaml"
+    assert f"wrote {written.name}" in result.output
+    space = load_space(written)
+    assert space.sim == {"time_scale": 50}  # no simulator profile for an H100: its default GPU
+    again = CliRunner().invoke(app, args)
+    assert isinstance(again.exception, UserError) and "--force" in str(again.exception)

@@ -1,0 +1,63 @@
+"""Before the first launch: the installed sglang's release, what the study will cost, a dry run.
+
+    if preflight(console, space, options, dry_run=True): return   # nothing launched or stored
+
+`--engine sglang` first checks that the installed sglang is the release the space names
+(tuner/search/version_check.py). Then the cost (tuner/search/cost.py) is printed for every run,
+and a dry run adds the first configurations the study would launch (tuner/search/preview.py):
+no server is started and no study is created or changed.
+"""
+
+from __future__ import annotations
+
+import optuna
+from rich.console import Console
+
+from tuner.errors import UserError
+from tuner.results.storage import open_storage
+from tuner.search.budget import measured_count
+from tuner.search.cost import study_cost
+from tuner.search.options import StudyOptions
+from tuner.search.preview import first_configurations
+from tuner.search.space import SearchSpace
+from tuner.search.target import gpu_name, memory_inputs
+from tuner.search.version_check import check_installed_sglang
+
+
+def preflight(console: Console, space: SearchSpace, options: StudyOptions, dry_run: bool) -> bool:
+    """Print the cost (and with `dry_run` the first configurations); True when it was a dry run."""
+    if options.engine == "sglang":
+        check_installed_sglang(space)
+    model, gpu_gb = memory_inputs(space, options)
+    name = gpu_name(space, options)
+    cost = study_cost(space, options, model, name, gpu_gb, done=_launched(space, options))
+
+    def say(line: str) -> None:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    for line in cost.lines():
+        say(line)
+    if not dry_run:
+        return False
+    rows = first_configurations(space, options, model, gpu_gb, name)
+    common = rows[0].argv  # the defaults: model path and fixed flags, in every launch
+    say(f"first configurations (every launch passes {' '.join(common)}, then):")
+    for row in rows:
+        number = "  skip   " if row.number is None else f"  trial {row.number}"
+        tuned = row.argv[len(common) :] if row.argv[: len(common)] == common else row.argv
+        say(f"{number} {row.chosen_by}: {' '.join(tuned) or '(nothing: sglang defaults)'}")
+        if row.skip:
+            say(f"          not launched, not counted: {row.skip}")
+    say("dry run: nothing launched, no study created")
+    return True
+
+
+def _launched(space: SearchSpace, options: StudyOptions) -> int:
+    """Launched configurations a resumed study already holds; 0 when there is no study yet."""
+    name = options.study_name or space.name
+    try:
+        storage = open_storage(options.storage, name, options.studies_dir)
+        study = optuna.load_study(study_name=name, storage=storage)
+    except (UserError, KeyError):
+        return 0
+    return measured_count(study.get_trials(deepcopy=False))
