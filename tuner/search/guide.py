@@ -126,6 +126,7 @@ class Guide:
                     running=capacity.get("max_running_requests"),
                     accept_length=metrics.get("accept_length") or None,
                     params=dict(t.params),
+                    metrics=metrics,
                 )
             )
         self.estimator.fit(observations)
