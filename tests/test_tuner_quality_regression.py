@@ -4,9 +4,11 @@ A seeded, oracle-backed run of benchmarks/tuner_quality.py's harness (the real o
 study loop, no server launched) on the seed space: at 40 launched trials the default must reach
 0.9 of the oracle's best SLO-feasible throughput (median over 3 seeds) and beat random search by
 MARGIN. The margin comes from the measured spread (README, "How good is the tuner"): 10 seeds gave
-the default a median of 1.00 [0.98-1.00] and random search 0.76 [0.65-0.98] at 40 trials, so a
+the default a median of 1.00 [0.98-1.00] and random search 0.75 [0.65-0.98] at 40 trials, so a
 margin of 0.1 over the medians of 3 seeds leaves room for noise and still fails when the default
-is no better than random (checked once by swapping the default sampler for random search).
+is no better than random search. Checked once: with `tuner optimize`'s defaults set to random
+search (StudyOptions sampler "random", warm_start and polish False) it fails. Swapping only the
+sampler leaves it green: the warm start finds the optimum region by itself on this space.
 """
 
 from __future__ import annotations
@@ -56,6 +58,5 @@ def test_the_default_beats_random_search_at_40_trials(quality):
         name: statistics.median(quality.figures(r, optimum, BUDGET).best_fraction for r in rs)
         for name, rs in runs.items()
     }
-    print(best)
     assert best["default"] >= 0.9, best
     assert best["default"] >= best["random"] + MARGIN, best

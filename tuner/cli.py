@@ -83,13 +83,8 @@ def optimize(
         "--feasibility/--no-feasibility",
         help="Skip configurations predicted not to fit or to crash.",
     ),
-    warm_start: bool = typer.Option(
-        True,
-        "--warm-start/--no-warm-start",
-        help="First trials after the default from a performance estimate (known GPUs).",
-    ),
-    polish: bool = typer.Option(
-        True, "--polish/--no-polish", help="From trial 24, try neighbours of the best trial."
+    guide: bool = typer.Option(
+        True, "--guide/--no-guide", help="Estimate-picked first trials; late best's neighbours."
     ),
     gpus: str | None = typer.Option(
         None, "--gpus", help="CUDA_VISIBLE_DEVICES for the server, e.g. 0,1."
@@ -139,8 +134,8 @@ def optimize(
         sampler=sampler,
         prune=prune,
         feasibility=feasibility,
-        warm_start=warm_start,
-        polish=polish,
+        warm_start=guide,
+        polish=guide,
         studies_dir=studies_dir,
         gpus=gpus,
         gpu_memory_gb=gpu_memory_gb,

@@ -80,6 +80,7 @@ class Observation:
     running: int | None
     accept_length: float | None
     params: Mapping[str, Any] | None = None  # the trial's sampled params (categoricals learned)
+    metrics: Mapping[str, Any] | None = None  # the benchmark summary (SLO metrics learned)
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,9 @@ class Estimator:
         self._memory_cache: dict[tuple[Any, ...], Any] = {}
         # Learned per categorical value: log of measured / predicted throughput, shrunk to 0.
         self.corrections: dict[tuple[str, str], float] = {}
+        # Learned per SLO metric: measured / predicted (TTFT tails depend on arrival bursts and
+        # prefill queueing the formulas only bound).
+        self.slo_scale: dict[str, float] = {}
 
     # -- prediction ---------------------------------------------------------------------------
 
@@ -241,6 +245,8 @@ class Estimator:
             value = {"ttft_ms": prediction.ttft_at(quantile), "tpot_ms": prediction.tpot_ms}.get(
                 quantity
             )
+            if value is not None:
+                value *= self.slo_scale.get(slo.metric, 1.0)
             if value is not None and slo.op == "<=" and value > slo.limit:
                 return prediction.throughput * correction * 0.05
         return prediction.throughput * correction
@@ -277,6 +283,28 @@ class Estimator:
                     best = (error, self.calibration)
         self.calibration = best[1]
         self._learn_corrections(plain)
+        self._learn_slo_scale(plain)
+
+    def _learn_slo_scale(self, observations: Sequence[Observation]) -> None:
+        """Median of measured / predicted for each latency SLO metric, from 2 trials on."""
+        self.slo_scale = {}
+        for slo in self.space.slos:
+            stat, _, quantity = slo.metric.partition("_")
+            quantile = {"p90": 0.9, "p95": 0.95, "p99": 0.99}.get(stat, 0.5)
+            ratios = []
+            for o in observations:
+                measured = (o.metrics or {}).get(slo.metric)
+                pred = self.predict(o.flags)
+                if not measured or not pred.fits:
+                    continue
+                predicted = {"ttft_ms": pred.ttft_at(quantile), "tpot_ms": pred.tpot_ms}.get(
+                    quantity
+                )
+                if predicted and math.isfinite(predicted) and predicted > 0:
+                    ratios.append(float(measured) / predicted)
+            if len(ratios) >= 2:
+                ratios.sort()
+                self.slo_scale[slo.metric] = ratios[len(ratios) // 2]
 
     def _learn_corrections(self, observations: Sequence[Observation]) -> None:
         """What the model misses about a categorical choice (e.g. a cache strategy's effect on

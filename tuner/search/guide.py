@@ -126,6 +126,7 @@ class Guide:
                     running=capacity.get("max_running_requests"),
                     accept_length=metrics.get("accept_length") or None,
                     params=dict(t.params),
+                    metrics=metrics,
                 )
             )
         self.estimator.fit(observations)
@@ -171,7 +172,10 @@ class Guide:
         if self.estimator is not None:
             self._refit(trials)
             estimator = self.estimator
-            return max(options, key=lambda n: estimator.score(self._flags(n)))
+            scored = [(estimator.score(self._flags(n)), n) for n in options]
+            # A neighbour the memory estimate rejects would only be skipped before launch.
+            fitting = [pair for pair in scored if pair[0] >= 0] or scored
+            return max(fitting, key=lambda pair: pair[0])[1]
         return self.rng.choice(options)
 
     def _enqueue(self, study: optuna.Study, params: dict[str, Any], rule: str) -> None:

@@ -29,6 +29,7 @@ from tuner.results.record import SERVER_PGID, WORKER
 from tuner.search.objective import EventHook
 from tuner.search.options import StudyOptions, StudySummary
 from tuner.search.study import (
+    default_trial_params,
     finished_count,
     open_study,
     queue_baseline_and_retries,
@@ -36,6 +37,7 @@ from tuner.search.study import (
     run_study,
     summarize,
 )
+from tuner.search.target import memory_inputs
 
 
 def gpu_groups(gpus: str | None, tp_size: int, workers: int) -> list[str | None]:
@@ -87,10 +89,11 @@ def run_parallel(
     if options.storage is None:
         path = options.studies_dir / f"{options.study_name or _space_name(options)}.journal"
         options = replace(options, storage=str(path))
-    study, _, name = open_study(options)
+    study, space, name = open_study(options)
     options = replace(options, study_name=name)
     # Queue the baseline before the workers start, so that they do not race to queue it.
-    queue_baseline_and_retries(study)
+    memory = memory_inputs(space, options) if options.feasibility else (None, None)
+    queue_baseline_and_retries(study, default_trial_params(space, options, *memory))
     ctx = mp.get_context("spawn")
     events = ctx.Queue()
     procs: dict[int, Any] = {}
