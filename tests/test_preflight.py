@@ -1,0 +1,121 @@
+"""Before the first launch: the cost `tuner optimize` prints, `--dry-run`, and the sglang release
+check of `--engine sglang` with its translated space."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from sim_spaces import small_space
+from typer.testing import CliRunner
+
+from tuner import launcher
+from tuner.cli import app
+from tuner.engines.model_config import ModelMemory
+from tuner.errors import UserError
+from tuner.optimize import run_optimize
+from tuner.search import serve, version_check
+from tuner.search.cost import GRAPH_CAPTURE_S, LOAD_RATE_GB_S, PROCESS_START_S, study_cost
+from tuner.search.options import StudyOptions
+from tuner.search.space_load import load_space
+from tuner.search.study import run_study
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN3_8B = ROOT / "search_spaces" / "qwen3-8b-h200.yaml"
+
+
+def _dry_run(tmp_path: Path, space: Path, *extra: str) -> str:
+    argv = [sys.executable, "-m", "tuner.cli", "optimize", "--space", str(space), "--dry-run"]
+    argv += ["--studies-dir", str(tmp_path / "studies"), "--seed", "0", *extra]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_dry_run_prints_the_cost_and_the_first_configurations_and_stores_nothing(tmp_path):
+    out = _dry_run(tmp_path, QWEN3_8B, "--trials", "7")
+    assert "cost: 7 launches" in out
+    assert f"weights at {LOAD_RATE_GB_S:g} GB/s" in out  # the assumed load rate is stated
+    assert re.search(r"total +~\d+\.\d\d GPU hours", out)
+    assert "simulator: ~" in out and "time scale 50" in out
+    # the default first, then the estimate's picks (H200 is in the spec table), then the sampler
+    assert "trial 0 sglang's defaults: (nothing: sglang defaults)" in out
+    assert re.search(r"trial 1 estimate: --mem-fraction-static", out)
+    assert re.search(r"trial 5 sampler: ", out)
+    assert "dry run: nothing launched, no study created" in out
+    assert not (tmp_path / "studies").exists()
+
+
+def test_dry_run_starts_no_server(tmp_path, monkeypatch):
+    def no_launch(*_args: object, **_kw: object) -> None:
+        raise AssertionError("a dry run started a server")
+
+    monkeypatch.setattr(launcher, "start", no_launch)
+    monkeypatch.setattr(launcher, "launch", no_launch)
+    monkeypatch.setattr(serve, "launch", no_launch)  # the trial path's own reference
+    options = StudyOptions(trials=3, space_path=QWEN3_8B, studies_dir=tmp_path / "s", seed=0)
+    assert run_optimize(options, QWEN3_8B, workers=1, report=False, dry_run=True) is False
+    assert not (tmp_path / "s").exists()
+
+
+def test_the_cost_model(tmp_path):
+    space = load_space(QWEN3_8B)
+    model = ModelMemory.from_model_path(ROOT / "tuner" / "sim" / "profiles" / "model" / "qwen3-8b")
+    assert model is not None
+    options = StudyOptions(trials=40, space_path=QWEN3_8B, engine="sim")
+    cost = study_cost(space, options, model, "NVIDIA H200", 141.0, done=10)
+    assert cost.launches == 30
+    weights_gb = model.weight_bytes / 1e9
+    assert cost.launch_s == pytest.approx(PROCESS_START_S + weights_gb + GRAPH_CAPTURE_S)
+    assert cost.gpu_hours == pytest.approx(30 * (cost.launch_s + cost.bench_s) / 3600)
+    assert "the estimate for sglang's defaults on H200" in cost.bench_rule
+    assert cost.sim_wall_s is not None and cost.sim_wall_s < cost.gpu_hours * 3600 / 10
+    # An unknown GPU: a stated rough rule instead of the estimate.
+    rough = study_cost(space, options, model, "Some Future GPU", None)
+    assert "rough rule" in rough.bench_rule and rough.bench_s > 0
+    assert "(10 already in the study)" in cost.lines()[0]
+
+
+def test_a_resumed_study_costs_only_what_is_left(tmp_path):
+    space = small_space(tmp_path)
+    run_study(StudyOptions(trials=1, space_path=space, studies_dir=tmp_path / "studies", seed=0))
+    out = _dry_run(tmp_path, space, "--trials", "3")
+    assert "cost: 2 launches (1 already in the study)" in out
+
+
+def test_version_mismatch_writes_the_translated_space(tmp_path, monkeypatch):
+    monkeypatch.setattr(version_check, "installed_sglang", lambda: "0.5.10")
+    space = load_space(QWEN3_8B)
+    with pytest.raises(UserError) as raised:
+        version_check.check_installed_sglang(space, out_dir=tmp_path)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "the space names sglang 0.5.23 but 0.5.10 is installed" in message
+    assert "cuda_graph_max_bs_decode is passed as --cuda-graph-max-bs" in message
+    translated = tmp_path / "qwen3-8b-h200.sglang-0.5.10.yaml"
+    assert f"run with --space {translated}" in message
+    loaded = load_space(translated)
+    assert loaded.engine_version == "0.5.10"
+    assert set(loaded.params) == set(space.params)
+    assert yaml.safe_load(translated.read_text())["params"]["max_running_requests"]["high"] == (
+        "concurrency"  # the relative bound survives the translation
+    )
+
+
+def test_engine_sglang_checks_the_release_before_anything(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(version_check, "installed_sglang", lambda: "0.5.10")
+    result = CliRunner().invoke(
+        app, ["optimize", "--engine", "sglang", "--space", str(QWEN3_8B), "--dry-run"]
+    )
+    assert isinstance(result.exception, UserError)
+    assert (tmp_path / "qwen3-8b-h200.sglang-0.5.10.yaml").is_file()
+    monkeypatch.setattr(version_check, "installed_sglang", lambda: None)
+    with pytest.raises(UserError, match=r"sglang is not installed here.*\[sglang\]"):
+        version_check.check_installed_sglang(load_space(QWEN3_8B))
+    monkeypatch.setattr(version_check, "installed_sglang", lambda: "0.5.23.post1")
+    version_check.check_installed_sglang(load_space(QWEN3_8B))  # same flags: nothing to say
