@@ -3,7 +3,9 @@
 The package, in the order a trial uses it:
 
     cli.py         the `tuner` command line: parse options, call one function per command
-    optimize.py    `tuner optimize` end to end: live display (progress.py), study, summary.py
+    optimize.py    `tuner optimize` end to end: live display (progress.py), study, summary.py;
+                   preflight.py first: the installed sglang, the cost, --dry-run
+    init/          `tuner init`: a commented search space for the user's model and GPU
     search/        the trial path: space, sampler, study loop, workers, objective, serving, pruning
     engines/       sglang per version: flags to argv, start-up rules, log parsing
     launcher.py    start a server in its own process group, wait until ready, stop it

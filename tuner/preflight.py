@@ -39,7 +39,7 @@ def preflight(console: Console, space: SearchSpace, options: StudyOptions, dry_r
         say(line)
     if not dry_run:
         return False
-    rows = first_configurations(space, options, model, gpu_gb, name)
+    rows = first_configurations(space, options, model, gpu_gb, name, count=min(6, options.trials))
     common = rows[0].argv  # the defaults: model path and fixed flags, in every launch
     say(f"first configurations (every launch passes {' '.join(common)}, then):")
     for row in rows:
