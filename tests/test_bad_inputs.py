@@ -69,8 +69,8 @@ SPACE_CASES = [
     ),
     (
         SEED.replace(
-            "max_running_requests: {low: 4, high: 256, log: true}",
-            "max_running_requests: {low: 0, high: 256}",
+            "max_running_requests: {low: 1, high: concurrency, log: true}",
+            "max_running_requests: {low: 0, high: concurrency}",
         ),
         r"params\.max_running_requests\.low: 0 is out of range: max_running_requests is a "
         r"count, allowed 1 <= value$",

@@ -74,7 +74,7 @@ def optimize(
         None, "--timeout", help="Stop starting new trials after this many seconds."
     ),
     seed: int | None = typer.Option(None, "--seed", help="Sampler seed."),
-    sampler: str = typer.Option("tpe", "--sampler", help="tpe, nsga2, random or grid."),
+    sampler: str = typer.Option("tpe", "--sampler", help="tpe, nsga2, random, grid or gp."),
     prune: bool = typer.Option(
         True, "--prune/--no-prune", help="Stop clearly dominated trials between benchmark stages."
     ),

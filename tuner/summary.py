@@ -41,7 +41,10 @@ def print_summary(console: Console, summary: StudySummary, space: SearchSpace) -
             )
         console.print(table)
         for t in summary.pareto:
-            console.print(f"  trial {t.number}: {format_flags(t.params)}", soft_wrap=True)
+            flags = (
+                "sglang defaults" if t.user_attrs.get(record.IS_DEFAULT) else format_flags(t.params)
+            )
+            console.print(f"  trial {t.number}: {flags}", soft_wrap=True)
     console.print(f"export one with: tuner export --study {summary.study_name} --pick knee")
     console.print(f"study directory: {summary.study_dir}")
     console.print(f"storage: {summary.storage_description}")

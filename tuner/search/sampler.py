@@ -9,7 +9,7 @@ import optuna
 from tuner.errors import UserError
 from tuner.search.space import SearchSpace
 
-SAMPLERS = ("tpe", "nsga2", "random", "grid")
+SAMPLERS = ("tpe", "nsga2", "random", "grid", "gp")
 
 
 def make_sampler(name: str, space: SearchSpace, seed: int | None) -> optuna.samplers.BaseSampler:
@@ -23,6 +23,14 @@ def make_sampler(name: str, space: SearchSpace, seed: int | None) -> optuna.samp
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=12)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
+    if name == "gp":
+        # Needs PyTorch (not a dependency). The default trial carries params
+        # (tuner/search/baseline.py), so its intersection search space is not empty.
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise UserError("--sampler gp needs PyTorch: pip install torch") from None
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=8)
     if name == "grid":
         return optuna.samplers.GridSampler(grid_search_space(space), seed=seed)
     raise UserError(f"--sampler {name!r} is not one of {', '.join(SAMPLERS)}")
