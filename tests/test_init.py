@@ -165,3 +165,18 @@ def test_init_command_line(tmp_path, monkeypatch):
     assert space.sim == {"time_scale": 50}  # no simulator profile for an H100: its default GPU
     again = CliRunner().invoke(app, args)
     assert isinstance(again.exception, UserError) and "--force" in str(again.exception)
+
+
+def test_a_hub_id_in_the_local_cache(tmp_path, monkeypatch):
+    snapshot = tmp_path / "hub" / "models--mistralai--Mixtral-8x7B-v0.1" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(
+        (TEST_MODELS / "mixtral-8x7b" / "config.json").read_text()
+    )
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    path = _init(tmp_path, "mistralai/Mixtral-8x7B-v0.1", "h200", "rag")
+    space = load_space(path)
+    assert space.model_path == "mistralai/Mixtral-8x7B-v0.1"  # what sglang loads
+    assert space.sim["model"] == str(snapshot)  # the simulator builds the model from the cache
+    # 46.7e9 parameters (8 experts of 3 x 4096 x 14336 per layer), bf16
+    assert "93.4 GB of weights" in path.read_text()

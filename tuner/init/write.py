@@ -74,7 +74,7 @@ def workload_template(choice: str) -> tuple[dict[str, Any], int, str, str]:
         if not Path(choice).is_file():
             raise UserError(f"--workload {choice}: no such file")
         return (
-            {"kind": "jsonl", "file": choice, "seed": 0},
+            {"kind": "jsonl", "file": str(Path(choice).resolve()), "seed": 0},
             JSONL_CONCURRENCY,
             JSONL_SLO,
             f"Requests replayed from {choice}.",
