@@ -4,6 +4,7 @@ params that apply, and run on the simulator; the errors a user meets first."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import optuna
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 from tuner.cli import app
 from tuner.errors import UserError
 from tuner.init.command import write_space
+from tuner.init.facts import meminfo_available_gb, read_gpu, read_host
 from tuner.init.write import InitRequest
 from tuner.search.options import StudyOptions
 from tuner.search.space_load import load_space
@@ -180,3 +182,38 @@ def test_a_hub_id_in_the_local_cache(tmp_path, monkeypatch):
     assert space.sim["model"] == str(snapshot)  # the simulator builds the model from the cache
     # 46.7e9 parameters (8 experts of 3 x 4096 x 14336 per layer), bf16
     assert "93.4 GB of weights" in path.read_text()
+
+
+class _FakeNvml:
+    """What nvidia-ml-py answers on a host with one H100 (no GPU on the test machine)."""
+
+    @staticmethod
+    def nvmlInit() -> None:
+        return None
+
+    @staticmethod
+    def nvmlShutdown() -> None:
+        return None
+
+    @staticmethod
+    def nvmlDeviceGetHandleByIndex(index: int) -> int:
+        return index
+
+    @staticmethod
+    def nvmlDeviceGetName(_handle: int) -> bytes:
+        return b"NVIDIA H100 80GB HBM3"
+
+    @staticmethod
+    def nvmlDeviceGetMemoryInfo(_handle: int) -> object:
+        return type("Memory", (), {"total": 85_520_809_984})()
+
+
+def test_on_a_gpu_host_nvml_names_the_gpu_and_proc_meminfo_the_host_ram(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml)
+    gpu = read_gpu(None)
+    assert gpu.spec.name == "H100 SXM" and gpu.memory_gb == pytest.approx(85.52, abs=0.01)
+    assert gpu.source == "NVML: NVIDIA H100 80GB HBM3" and gpu.sim_hardware is None
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       263856524 kB\nMemAvailable:   250000000 kB\n")
+    assert meminfo_available_gb(meminfo) == pytest.approx(256.0)
+    assert read_host(gpu).source == "/proc/meminfo MemAvailable on this host"
