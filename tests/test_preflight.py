@@ -117,5 +117,12 @@ def test_engine_sglang_checks_the_release_before_anything(tmp_path, monkeypatch)
     monkeypatch.setattr(version_check, "installed_sglang", lambda: None)
     with pytest.raises(UserError, match=r"sglang is not installed here.*\[sglang\]"):
         version_check.check_installed_sglang(load_space(QWEN3_8B))
+    # ... which a dry run only notes: the cost can be read on a laptop before the GPU host.
+    dry = CliRunner().invoke(
+        app, ["optimize", "--engine", "sglang", "--space", str(QWEN3_8B), "--dry-run"]
+    )
+    assert dry.exit_code == 0, dry.output
+    assert "note: --engine sglang: sglang is not installed here" in dry.output
+    assert "cost: 40 launches" in dry.output
     monkeypatch.setattr(version_check, "installed_sglang", lambda: "0.5.23.post1")
     version_check.check_installed_sglang(load_space(QWEN3_8B))  # same flags: nothing to say

@@ -15,19 +15,25 @@ from rich.console import Console
 
 from tuner.errors import UserError
 from tuner.results.storage import open_storage
+from tuner.search import version_check
 from tuner.search.budget import measured_count
 from tuner.search.cost import study_cost
 from tuner.search.options import StudyOptions
 from tuner.search.preview import first_configurations
 from tuner.search.space import SearchSpace
 from tuner.search.target import gpu_name, memory_inputs
-from tuner.search.version_check import check_installed_sglang
 
 
 def preflight(console: Console, space: SearchSpace, options: StudyOptions, dry_run: bool) -> bool:
     """Print the cost (and with `dry_run` the first configurations); True when it was a dry run."""
-    if options.engine == "sglang":
-        check_installed_sglang(space)
+    if options.engine == "sglang" and dry_run and version_check.installed_sglang() is None:
+        console.print(
+            "note: --engine sglang: sglang is not installed here; a dry run goes on",
+            markup=False,
+            soft_wrap=True,
+        )
+    elif options.engine == "sglang":
+        version_check.check_installed_sglang(space)
     model, gpu_gb = memory_inputs(space, options)
     name = gpu_name(space, options)
     cost = study_cost(space, options, model, name, gpu_gb, done=_launched(space, options))
