@@ -30,7 +30,13 @@ from tuner.results.goals import MAXIMIZE, MINIMIZE
 from tuner.results.pareto import Point, pareto_front
 from tuner.results.storage import describe_storage, open_storage
 from tuner.search.baseline import baseline_params
-from tuner.search.budget import NOT_LAUNCHED, RetryCap, counts, measured_count
+from tuner.search.budget import (
+    NOT_LAUNCHED,
+    RetryCap,
+    SpaceExhausted,
+    counts,
+    measured_count,
+)
 from tuner.search.feasibility import CrashModel, ModelMemory, estimate_memory
 from tuner.search.guide import Guide, make_guide
 from tuner.search.objective import EventHook, ObjectiveConfig, TrialObjective
@@ -197,7 +203,11 @@ def run_trials(
         trials = study.get_trials(deepcopy=False)
         states = Counter(t.state for t in trials)
         finished = measured_count(trials)
-        cap.check(trials)
+        try:
+            cap.check(trials)
+        except SpaceExhausted as exc:
+            _log.warning("%s", exc)
+            return
         if finished >= total or (deadline is not None and time.monotonic() > deadline):
             return
         if finished + states[TrialState.RUNNING] >= total and not states[TrialState.WAITING]:
