@@ -131,8 +131,9 @@ def optimize(
         tp_size=tp_size,
         heartbeat_s=heartbeat,
     )
-    if run_optimize(options, space, workers=workers, report=report):
-        raise typer.Exit(130)
+    code = run_optimize(options, space, workers=workers, report=report)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()

@@ -140,6 +140,25 @@ def storage_for_file(path: Path) -> BaseStorage:
     return _rdb(f"sqlite:///{path}", shown=str(path))
 
 
+def storage_file(storage: str | None, study_name: str, studies_dir: Path) -> Path | None:
+    """The file a `--storage` value (None: the default) keeps the study in; None for a server
+    database or an in-memory one."""
+    if storage is None:
+        return _default_file(study_name, studies_dir)
+    if "://" in storage:
+        if not storage.startswith("sqlite:"):
+            return None
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            database = make_url(storage).database
+        except ArgumentError:
+            return None
+        return Path(database) if database and database != ":memory:" else None
+    return Path(storage)
+
+
 def describe_storage(storage: str | None, study_name: str, studies_dir: Path) -> str:
     """Where a study lives, for messages; a URL's password is never shown."""
     if storage is None:
@@ -289,6 +308,7 @@ __all__ = [
     "locate_study",
     "open_existing_storage",
     "open_storage",
+    "storage_file",
     "storage_for_file",
     "study_files",
 ]
