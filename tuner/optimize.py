@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -28,9 +29,8 @@ def run_optimize(options: StudyOptions, space: Path | None, workers: int, report
     check_options(options)  # before anything is created: no empty study behind a typo
     groups = gpu_groups(gpus, tp_size, workers)
     quiet_optuna()
-    console = Console()
-    if not console.is_terminal:
-        console.soft_wrap = True  # a log file gets whole lines, not 80-column pieces
+    # A log file gets whole lines, not 80-column pieces.
+    console = Console(soft_wrap=not sys.stdout.isatty())
     loaded_space = load_space(space or default_space_path())  # bad YAML: one line, exit 2
     ensure_writable_dir(
         studies_dir, "--studies-dir", "give a writable directory with --studies-dir"

@@ -20,7 +20,6 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 
 from tuner.errors import UserError
 
@@ -95,12 +94,7 @@ class StudyLock:
         self._fd = fd
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc: object) -> None:
         if self._fd is not None:
             import fcntl
 
