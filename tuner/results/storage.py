@@ -16,7 +16,9 @@ Example:
 
 from __future__ import annotations
 
+import random
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -250,7 +252,7 @@ def _rdb(url: str, *, shown: str, heartbeat_s: int | None = None) -> RDBStorage:
             "heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=3),
         }
     try:
-        return RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
+        return _create_rdb(url, engine_kwargs, heartbeat)
     except ModuleNotFoundError as exc:
         raise UserError(
             f"cannot open storage {shown}: the database driver {exc.name!r} is not installed "
@@ -259,6 +261,23 @@ def _rdb(url: str, *, shown: str, heartbeat_s: int | None = None) -> RDBStorage:
     except Exception as exc:  # SQLAlchemy raises many types for bad URLs and unreachable servers
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"cannot open storage {shown}: {first_line}") from None
+
+
+# Two processes creating the tables at the same moment: the later one fails on what the first one
+# created (SQLite: "table study_directions already exists", PostgreSQL: a duplicate key); the
+# tables are there by then, so opening again succeeds. File storages also hold a lock file for it.
+_CREATION_RACE = ("already exists", "duplicate key", "unique constraint failed")
+
+
+def _create_rdb(url: str, engine_kwargs: dict[str, Any], heartbeat: dict[str, Any]) -> RDBStorage:
+    for attempt in range(5):
+        try:
+            return RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
+        except Exception as exc:
+            if attempt == 4 or not any(m in str(exc).lower() for m in _CREATION_RACE):
+                raise
+            time.sleep(0.1 + random.random() * 0.4 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def _journal(path: Path) -> JournalStorage:

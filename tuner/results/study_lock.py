@@ -46,6 +46,12 @@ def ensure_writable_dir(path: Path, option: str, fix: str) -> None:
         raise read_only_error(option, path, exc, fix) from None
 
 
+def ensure_writable_file(path: Path, option: str, fix: str) -> None:
+    """An existing storage file the tuner will write must be writable."""
+    if path.exists() and not os.access(path, os.W_OK):
+        raise read_only_error(option, path, PermissionError(errno.EACCES, "not writable"), fix)
+
+
 class StudyLock:
     """`with StudyLock(path):` holds an exclusive flock on `path`; `path=None` holds nothing.
 

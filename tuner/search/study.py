@@ -16,6 +16,7 @@ worker with nothing left to start says which trials it waits for, and gives up a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages._heartbeat import (
     fail_stale_trials,
     get_heartbeat_thread,
@@ -36,7 +38,7 @@ from tuner.results import record
 from tuner.results.goals import MAXIMIZE, MINIMIZE
 from tuner.results.pareto import Point, pareto_front
 from tuner.results.storage import describe_storage, open_storage, storage_file
-from tuner.results.study_lock import LOCK_SUFFIX, StudyLock
+from tuner.results.study_lock import LOCK_SUFFIX, StudyLock, ensure_writable_file
 from tuner.search.feasibility import CrashModel
 from tuner.search.objective import EventHook, ObjectiveConfig, TrialObjective
 from tuner.search.options import StudyOptions, StudySummary, check_options
@@ -113,6 +115,8 @@ def finished_count(study: optuna.Study) -> int:
 def study_lock(options: StudyOptions, name: str, on_event: EventHook | None = None) -> StudyLock:
     """The lock beside the study's storage file (none for a server database)."""
     path = storage_file(options.storage, name, options.studies_dir)
+    if path is not None:
+        ensure_writable_file(path, "storage file", "make it writable or pass another --storage")
     lock_path = None if path is None else path.with_name(path.name + LOCK_SUFFIX)
 
     def on_wait(message: str) -> None:
@@ -299,18 +303,31 @@ def _run_one(
             heartbeat.join()
             beat.stop()
     except optuna.TrialPruned:
-        study.tell(trial, state=TrialState.PRUNED)
+        _tell(study, trial, state=TrialState.PRUNED)
     except KeyboardInterrupt:
         # It measured nothing: FAIL, marked so that the next run queues it again.
-        trial.set_user_attr(record.INTERRUPTED, True)
-        study.tell(trial, state=TrialState.FAIL)
+        with contextlib.suppress(UpdateFinishedTrialError):
+            trial.set_user_attr(record.INTERRUPTED, True)
+        _tell(study, trial, state=TrialState.FAIL)
         raise
     except Exception as exc:
+        if isinstance(exc, UpdateFinishedTrialError):  # failed by another process meanwhile
+            _log.warning("trial %d was failed by another process as abandoned", trial.number)
+            return
         trial.set_user_attr(record.ERROR, f"{type(exc).__name__}: {exc}")
-        study.tell(trial, state=TrialState.FAIL)
+        _tell(study, trial, state=TrialState.FAIL)
         _log.exception("trial %d raised; recorded as FAIL", trial.number)
     else:
-        study.tell(trial, values=list(values))
+        _tell(study, trial, values=list(values))
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, **kw: Any) -> None:
+    """`study.tell`, unless another process has already failed the trial as abandoned (its
+    heartbeat looked stale): then the trial is left as it is, and queued again already."""
+    try:
+        study.tell(trial, **kw)
+    except UpdateFinishedTrialError:
+        _log.warning("trial %d was failed by another process as abandoned", trial.number)
 
 
 def summarize(

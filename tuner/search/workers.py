@@ -3,10 +3,11 @@
 Each worker is an ordinary study worker (`run_trials`) on a shared storage: the journal file by
 default, because SQLite with several processes on one study ran duplicate trials in our
 measurements (docs/design.md). This supervisor starts them, relays their progress events, and
-watches them: when a worker dies mid-trial, its trial is failed and queued again (the same
-callback RDB heartbeats use), its server's process group is killed, and a new worker takes its
-place. Across machines no supervisor is needed: run `tuner optimize --storage postgresql://...`
-on each node, and RDB heartbeats do the same recovery.
+watches them: when a worker dies mid-trial, its trial is failed and queued again, its server's
+process group is killed (tuner/search/recovery.py), and a new worker takes its place. SIGTERM or
+SIGHUP to the supervisor is passed on to the workers, which stop as on Ctrl-C. Across machines
+no supervisor is needed: run `tuner optimize --storage postgresql://...` on each node, and RDB
+heartbeats do the same recovery.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from optuna.trial import TrialState
 
 from tuner.launcher import die_with_parent
 from tuner.results.record import WORKER
+from tuner.results.study_lock import StudyLock
 from tuner.search.objective import EventHook
 from tuner.search.options import StudyOptions, StudySummary
 from tuner.search.recovery import recover_trials
@@ -34,6 +36,7 @@ from tuner.search.study import (
     open_study,
     quiet_optuna,
     run_study,
+    study_lock,
     summarize,
 )
 
@@ -65,15 +68,18 @@ def _worker_main(options: StudyOptions, index: int, events: Any) -> None:
         run_study(options, on_event=relay)
 
 
-def recover_dead_worker(study: optuna.Study, worker_tag: str, exitcode: int | None) -> list[int]:
+def recover_dead_worker(
+    study: optuna.Study, worker_tag: str, exitcode: int | None, lock: StudyLock
+) -> list[int]:
     """Fail the dead worker's running trials, kill their servers, and queue them again."""
     reason = f"its worker process {worker_tag} exited with code {exitcode}"
-    mine = [
-        (t, reason)
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        if t.user_attrs.get(WORKER) == worker_tag
-    ]
-    return [r.number for r in recover_trials(study, mine)]
+    with lock:  # the other workers may be recovering the same trial (SQLite)
+        mine = [
+            (t, reason)
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if t.user_attrs.get(WORKER) == worker_tag
+        ]
+        return [r.number for r in recover_trials(study, mine)]
 
 
 def run_parallel(
@@ -86,6 +92,7 @@ def run_parallel(
     # Creates the study and queues the baseline before the workers start.
     study, _, name = open_study(options, on_event)
     options = replace(options, study_name=name)
+    lock = study_lock(options, name, on_event)
     ctx = mp.get_context("spawn")
     events = ctx.Queue()
     procs: dict[int, Any] = {}
@@ -127,7 +134,7 @@ def run_parallel(
                 del procs[index]
                 if proc.exitcode != 0:
                     tag = f"{os.uname().nodename}:{proc.pid}"
-                    retried = recover_dead_worker(study, tag, proc.exitcode)
+                    retried = recover_dead_worker(study, tag, proc.exitcode, lock)
                     if on_event:
                         on_event(
                             "worker_died",
@@ -138,13 +145,15 @@ def run_parallel(
             time.sleep(0.2)
     except KeyboardInterrupt:
         interrupted = True
-        _stop_workers(study, procs, on_event)
+        _stop_workers(study, procs, lock, on_event)
     _drain(events, on_event)
     study = optuna.load_study(study_name=name, storage=study._storage)
     return summarize(study, options.studies_dir / name, options, interrupted)
 
 
-def _stop_workers(study: optuna.Study, procs: dict[int, Any], on_event: EventHook | None) -> None:
+def _stop_workers(
+    study: optuna.Study, procs: dict[int, Any], lock: StudyLock, on_event: EventHook | None
+) -> None:
     """Interrupt every worker as Ctrl-C would (SIGTERM / SIGHUP reach the supervisor only; after
     the terminal's SIGINT the workers ignore it), give them time to stop their servers, then
     kill what is left and recover its trials."""
@@ -159,7 +168,7 @@ def _stop_workers(study: optuna.Study, procs: dict[int, Any], on_event: EventHoo
         if proc.is_alive():
             proc.kill()
             proc.join(5)
-            recover_dead_worker(study, f"{os.uname().nodename}:{proc.pid}", proc.exitcode)
+            recover_dead_worker(study, f"{os.uname().nodename}:{proc.pid}", proc.exitcode, lock)
 
 
 def _drain(events: Any, on_event: EventHook | None) -> None:
