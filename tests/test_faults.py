@@ -16,6 +16,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 from sim_spaces import small_space
+from test_parallel import postgres  # noqa: F401  (the fixture: a throw-away PostgreSQL server)
 
 from tuner.errors import UserError
 from tuner.results import record
@@ -78,12 +79,18 @@ def _freeze_mid_benchmark(load, pid: int, timeout_s: float = 120) -> int:
     pytest.fail("no trial with a live server to interrupt")
 
 
-@pytest.mark.parametrize("storage_kind", ["sqlite", "journal"])
+@pytest.mark.parametrize(
+    "storage_kind", ["sqlite", "journal", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
-def test_a_killed_tuner_run_again_finishes_the_budget(tmp_path, storage_kind, sig):
+def test_a_killed_tuner_run_again_finishes_the_budget(tmp_path, request, storage_kind, sig):
     space = small_space(tmp_path, name="fx", sim={"time_scale": 50})
     studies = tmp_path / "studies"
-    storage = str(studies / "fx.journal") if storage_kind == "journal" else None
+    storage = {
+        "sqlite": None,
+        "journal": str(studies / "fx.journal"),
+        "postgres": request.getfixturevalue("postgres") if storage_kind == "postgres" else None,
+    }[storage_kind]
     cmd = _cmd(space, studies, "--seed", "0", *(["--storage", storage] if storage else []))
     load = _loader(storage, "fx", studies)
     proc = subprocess.Popen(
