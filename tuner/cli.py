@@ -106,7 +106,7 @@ def optimize(
         10,
         "--heartbeat",
         min=1,
-        help="Database storages: seconds between heartbeats; a trial silent for 3 is retried.",
+        help="Seconds between a running trial's heartbeats; a trial silent for 3 is retried.",
     ),
 ) -> None:
     """Run (or resume) a study: sample launch flags, launch, benchmark, prune, record."""

@@ -5,7 +5,7 @@ starts. Any tuner process on the study checks the RUNNING trials of others:
 
 - owner on this host (same name and boot id): alive while a process with that pid and that
   start time exists (a zombie counts as gone), so a pid reused by another program is not taken
-  for the owner;
+  for the owner (containers that share a kernel need distinct host names, Docker's default);
 - owner elsewhere, on a storage without Optuna's heartbeat (journal file, SQLite): alive while
   its HEARTBEAT user attr, refreshed every `interval_s` by a thread, is younger than three
   intervals (hosts should keep their clocks in sync, NTP); RDB storages with a heartbeat leave
