@@ -39,12 +39,16 @@ def run_optimize(options: StudyOptions, space: Path | None, workers: int, report
     display = OptimizeDisplay(
         console, options.trials, loaded_space.objectives.throughput, loaded_space.objectives.latency
     )
-    with display:
-        if len(groups) > 1:
-            summary = run_parallel(options, groups, on_event=display)
-        else:
-            options.gpus = groups[0]
-            summary = run_study(options, on_event=display)
+    try:
+        with display:
+            if len(groups) > 1:
+                summary = run_parallel(options, groups, on_event=display)
+            else:
+                options.gpus = groups[0]
+                summary = run_study(options, on_event=display)
+    except KeyboardInterrupt:  # before the first trial (opening the study) or after the last
+        console.print("interrupted: run the same command again to resume")
+        return 130
     print_summary(console, summary, loaded_space)
     if report and summary.counts.get("COMPLETE", 0):
         path = write_report(
