@@ -325,7 +325,7 @@ def _tell(study: optuna.Study, trial: optuna.Trial, **kw: Any) -> None:
     """`study.tell`, unless another process has already failed the trial as abandoned (its
     heartbeat looked stale): then the trial is left as it is, and queued again already."""
     try:
-        study.tell(trial, **kw)
+        study.tell(trial, skip_if_finished=True, **kw)
     except UpdateFinishedTrialError:
         _log.warning("trial %d was failed by another process as abandoned", trial.number)
 
