@@ -1,8 +1,15 @@
 """Async streaming HTTP client: one RequestRecord per request, failures recorded, not raised.
 
-Time is read once per network read and converted to the modelled hardware's seconds right there
-(the simulator may run K times faster than real time), so that every later computation works in
-modelled units and never needs to know K.
+Two clocks, one record format (modelled seconds):
+
+- against the simulator (its /server_info says `sim_modelled_time`), every chunk carries the
+  modelled time the server produced its tokens and the request's modelled arrival; the record is
+  built from those stamps, so what the host does to the client or the server (a busy CPU, a slow
+  event loop) changes how long the run takes, never what it measures. Requests carry a `sim`
+  object (see tuner/sim/scheduler.py) that keeps a closed loop's modelled timing exact;
+- against a real server (or one without stamps), time is read once per network read and converted
+  to the modelled hardware's seconds right there (wall x the server's time scale, 1 on a real
+  server), so that every later computation works in modelled units and never needs to know K.
 
 Example:
     >>> async def one(url: str) -> RequestRecord:
@@ -58,6 +65,8 @@ class RequestRecord:
     conversation: int | None = None
     turn: int | None = None
     rid: str | None = None
+    # simulator only: modelled seconds the request reached the server after it was due
+    late_s: float = 0.0
 
     @property
     def success(self) -> bool:
@@ -95,6 +104,7 @@ class ServerInfo:
     time_scale: float
     model: str | None
     raw: dict[str, Any]
+    modelled_time: bool = False  # the server stamps chunks with modelled time (the simulator)
 
 
 class BenchClient:
@@ -113,6 +123,7 @@ class BenchClient:
         api_key: str | None = None,
         request_timeout_s: float | None = None,
         clock: ModelClock | None = None,
+        use_server_time: bool = True,
     ) -> None:
         if api not in APIS:
             raise UserError(f"api {api!r} is not known; allowed: {', '.join(APIS)}")
@@ -122,6 +133,11 @@ class BenchClient:
         self.api = api
         self.path = API_PATHS[api]
         self.clock = clock or ModelClock()
+        self.use_server_time = use_server_time
+        # Set by probe(): read the server's modelled timestamps instead of the wall clock.
+        self.modelled = False
+        # Modelled time (server clock) that records are measured from, in modelled mode.
+        self.origin = 0.0
         self.request_timeout_s = request_timeout_s  # modelled seconds
         key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -182,8 +198,26 @@ class BenchClient:
         if not isinstance(scale, int | float) or scale <= 0:
             scale = 1.0
         self.clock.scale = float(scale)
+        self.modelled = bool(
+            self.use_server_time and isinstance(info, dict) and info.get("sim_modelled_time")
+        )
         model = info.get("served_model_name") or info.get("model_path")
-        return ServerInfo(float(scale), model if isinstance(model, str) else None, info)
+        return ServerInfo(
+            float(scale), model if isinstance(model, str) else None, info, self.modelled
+        )
+
+    async def sim_call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST to a simulator-only route (/sim/hold, /sim/release); raises UserError."""
+        try:
+            response = await self._http.post(path, json=body, timeout=_CONNECT_TIMEOUT_S)
+        except httpx.HTTPError as exc:
+            raise UserError(f"the simulator at {self.url}: {path}: {_describe(exc)}") from None
+        if response.status_code != 200:
+            raise UserError(
+                f"the simulator at {self.url}: {path} answered HTTP {response.status_code}"
+            )
+        result = response.json()
+        return result if isinstance(result, dict) else {}
 
     async def send(
         self,
@@ -194,11 +228,19 @@ class BenchClient:
         conversation: int | None = None,
         turn: int | None = None,
         capture_output: bool = False,
+        sim: dict[str, Any] | None = None,
     ) -> tuple[RequestRecord, list[int] | str | None]:
         """Send one streaming request; return its record and, when asked, the answer as the
         server generated it, for a multi-turn history to resend: token ids from /generate
-        (when the server sends them), text from the chat endpoint, else None."""
+        (when the server sends them), text from the chat endpoint, else None.
+
+        `sim`: the simulator-only `sim` object for the request (modelled mode only)."""
         clock = self.clock
+        if sim is not None and self.modelled:
+            body = {**body, "sim": sim}
+            if "rid" not in body and sim.get("rid"):
+                body["rid"] = sim["rid"]
+            body["sim"] = {k: v for k, v in sim.items() if k != "rid"}
         content = json.dumps(body).encode()
         record = RequestRecord(
             index=index,
@@ -218,7 +260,12 @@ class BenchClient:
             record.error = _describe(exc)
         except ValueError as exc:  # a chunk that is not JSON
             record.error = f"bad chunk from server: {exc}"
-        record.end_s = clock.now()
+        if not self.modelled:
+            record.end_s = clock.now()
+        elif record.end_s == 0.0:
+            # modelled mode without stamps (refused, timed out, cut off): a failed request
+            # that takes no part in the run's modelled duration
+            record.start_s = record.end_s = 0.0
         return record, output
 
     async def _stream(
@@ -240,6 +287,9 @@ class BenchClient:
         counted = False  # some chunk carried usage: the per-chunk counts are the server's
         done = False
         buffer = b""
+        modelled = self.modelled
+        arrival: float | None = None  # modelled mode: the server's stamps
+        latest = 0.0
         async with self._http.stream(
             "POST", self.path, content=content, headers={"Content-Type": "application/json"}
         ) as response:
@@ -265,6 +315,17 @@ class BenchClient:
                         continue
                     event = loads(payload)
                     new = 0
+                    if modelled:
+                        stamp = event.get("meta_info") if generate else event.get("sim")
+                        if stamp:
+                            if generate:
+                                stamp = {k[4:]: v for k, v in stamp.items() if k[:4] == "sim_"}
+                            if arrival is None and "arrival" in stamp:
+                                arrival = float(stamp["arrival"])
+                                record.late_s = float(stamp.get("late", 0.0))
+                            if "time" in stamp and arrival is not None:
+                                latest = float(stamp["time"])
+                                now = latest - arrival
                     if generate:
                         meta = event.get("meta_info")
                         if meta is None:
@@ -299,6 +360,12 @@ class BenchClient:
                         chunk_tokens.append(new)
         if not done:
             record.error = "stream ended before [DONE] (server closed the connection)"
+        if modelled:
+            if arrival is None:
+                record.error = record.error or "the simulator sent no modelled timestamps"
+            else:
+                record.start_s = arrival - self.origin
+                record.end_s = latest - self.origin
         if chunk_times:
             record.ttft_s = chunk_times[0]
         self._fill_totals(record, last, tokens_so_far)

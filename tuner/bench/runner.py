@@ -17,8 +17,10 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +35,20 @@ from tuner.bench.workload import Conversation, WorkloadSpec
 from tuner.errors import UserError
 
 ARRIVALS = ("poisson", "constant")
+
+# Modelled seconds a request may reach the simulator after it was due before the run counts as
+# one the client could not keep up with.
+LATE_TOLERANCE_S = 0.001
+# Open loop against the simulator: requests go out this many wall seconds before they are due
+# (the simulator queues them until their modelled time), so a client that is a little slow
+# still delivers them on time.
+OPEN_LOOP_LEAD_S = 0.05
+
+
+class BenchLagError(RuntimeError):
+    """The simulator's clock ran ahead of the client: the figures would not be the
+    configuration's, so the run is not a measurement."""
+
 
 # Stage callback: (stage index from 0, cumulative summary) -> False to stop the run.
 StageCallback = Callable[[int, dict[str, float | int]], bool | None]
@@ -55,6 +71,8 @@ class BenchConfig:
     request_timeout_s: a request running longer is recorded as a timeout (None: no limit).
     model: the `model` field of OpenAI requests (None: what /server_info says).
     slos: limits for goodput, e.g. {"ttft_ms": 2000, "tpot_ms": 50, "e2e_latency_ms": 30000}.
+    use_server_time: against the simulator, measure with its modelled timestamps (False: the
+      client's wall clock x the time scale, as against a real server).
     """
 
     url: str
@@ -70,6 +88,7 @@ class BenchConfig:
     ignore_eos: bool = True
     model: str | None = None
     slos: Mapping[str, float] | None = None
+    use_server_time: bool = True
 
     def __post_init__(self) -> None:
         def check(ok: bool, message: str) -> None:
@@ -156,6 +175,7 @@ async def run_bench_async(
         api_key=cfg.api_key,
         request_timeout_s=cfg.request_timeout_s,
         clock=clock,
+        use_server_time=cfg.use_server_time,
     ) as client:
         info = await client.probe()
         model = cfg.model or info.model
@@ -201,9 +221,18 @@ class _Run:
         self.ready: deque[tuple[int, int]] = deque((i, 0) for i in range(len(conversations)))
         self.ready_event = asyncio.Event()
         self.finished = asyncio.Event()
-        self.slots = asyncio.Semaphore(cfg.concurrency) if cfg.concurrency else None
+        # A free slot is a token: (the simulator hold its next request claims, the modelled
+        # time it was freed at); against a real server only the count matters.
+        self.slots: asyncio.Queue[tuple[str | None, float]] | None = (
+            asyncio.Queue() if cfg.concurrency else None
+        )
         self.in_flight: set[asyncio.Task[None]] = set()
         self.failure: BaseException | None = None
+        self.modelled = client.modelled
+        self.run_id = uuid.uuid4().hex[:12]
+        self.dispatched = False
+        self.late: list[RequestRecord] = []
+        self.measured = paced
 
     async def warm_up(self) -> list[RequestRecord]:
         if not self.conversations:
@@ -217,6 +246,21 @@ class _Run:
             raise self.failure
 
     async def _run_all(self) -> None:
+        start_key = f"{self.run_id}-start"
+        t0 = 0.0
+        first = min(self.cfg.concurrency or self.total, self.total)
+        if self.modelled:
+            # Modelled time stops until the first requests are in: they arrive together.
+            held = await self.client.sim_call(
+                "/sim/hold", {"key": start_key, "count": first if self.slots else 1}
+            )
+            t0 = float(held["t"])
+            self.client.origin = t0
+        if self.slots is not None:
+            for _ in range(first):
+                self.slots.put_nowait((start_key, t0))
+        self.t0 = t0
+        self.start_key = start_key
         dispatcher = asyncio.create_task(self._dispatch())
         try:
             await self.finished.wait()
@@ -227,6 +271,15 @@ class _Run:
             for task in self.in_flight:
                 task.cancel()
             await asyncio.gather(dispatcher, *self.in_flight, return_exceptions=True)
+            if self.modelled:
+                with contextlib.suppress(Exception):
+                    await self.client.sim_call("/sim/release", {"prefix": self.run_id})
+
+    async def _release_holds(self, keys: list[str]) -> None:
+        """Free slots no request will take: let the simulator's clock go on."""
+        if keys:
+            with contextlib.suppress(Exception):
+                await self.client.sim_call("/sim/release", {"keys": keys})
 
     async def _dispatch(self) -> None:
         try:
@@ -234,43 +287,61 @@ class _Run:
             rng = np.random.default_rng(self.cfg.workload.seed)
             clock = self.client.clock
             next_release = time.perf_counter()
+            due = self.t0  # modelled time the next request is due (open loop)
+            lead = OPEN_LOOP_LEAD_S if self.modelled else 0.0
             for index in range(self.total):
                 if rate is not None and index > 0:
                     gap = rng.exponential(1.0 / rate) if self.cfg.arrival == "poisson" else 1 / rate
+                    due += gap
                     # Absolute release times, so that slow iterations do not drift the rate.
                     next_release += clock.to_wall(gap)
-                    delay = next_release - time.perf_counter()
+                    delay = next_release - lead - time.perf_counter()
                     if delay > 0:
                         await asyncio.sleep(delay)
+                sim: dict[str, Any] = {"rid": f"{self.run_id}-{index}"}
                 if self.slots is not None:
-                    await self.slots.acquire()
+                    after, freed = await self.slots.get()
+                    sim.update(after=after, at=max(freed, due) if rate else freed, hold=True)
+                else:
+                    sim.update(at=due, after=self.start_key if index == 0 else None)
                 while not self.ready:
                     self.ready_event.clear()
                     await self.ready_event.wait()
                 conv, turn = self.ready.popleft()
-                task = asyncio.create_task(self._one(index, conv, turn))
+                task = asyncio.create_task(self._one(index, conv, turn, sim))
                 self.in_flight.add(task)
                 task.add_done_callback(self.in_flight.discard)
+            self.dispatched = True
+            if self.modelled and self.slots is not None:
+                spare = []
+                while not self.slots.empty():
+                    after, _ = self.slots.get_nowait()
+                    if after is not None:
+                        spare.append(after)
+                await self._release_holds(spare)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # a bug must end the run, not hang it
             self.failure = exc
             self.finished.set()
 
-    async def _one(self, index: int, conv_index: int, turn_index: int) -> None:
+    async def _one(self, index: int, conv_index: int, turn_index: int, sim: dict[str, Any]) -> None:
         try:
-            await self._send_turn(index, conv_index, turn_index)
+            await self._send_turn(index, conv_index, turn_index, sim)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # a bug must end the run, not hang it
             self.failure = exc
             self.finished.set()
 
-    async def _send_turn(self, index: int, conv_index: int, turn_index: int) -> None:
+    async def _send_turn(
+        self, index: int, conv_index: int, turn_index: int, sim: dict[str, Any]
+    ) -> None:
         conversation = self.conversations[conv_index]
         turn = conversation.turns[turn_index]
         history = [*self.histories[conv_index], ("user", turn.user)]
         has_next = turn_index + 1 < len(conversation.turns)
+        record: RequestRecord | None = None
         try:
             body = build_body(
                 self.cfg.api,
@@ -286,10 +357,11 @@ class _Run:
                 conversation=conv_index if len(conversation.turns) > 1 else None,
                 turn=turn_index if len(conversation.turns) > 1 else None,
                 capture_output=has_next,
+                sim=sim,
             )
         finally:
             if self.slots is not None:
-                self.slots.release()
+                self._free_slot(sim, record)
         if record.prompt_tokens == 0 and record.success:
             record.prompt_tokens = prompt_length(flatten(history))
         if has_next:
@@ -305,11 +377,29 @@ class _Run:
             self.ready_event.set()
         self._finish(record)
 
+    def _free_slot(self, sim: dict[str, Any], record: RequestRecord | None) -> None:
+        assert self.slots is not None
+        # the simulator holds its clock at a successful request's finish for the next one
+        held = sim["rid"] if record is not None and record.success else None
+        freed = self.t0 + record.end_s if record is not None and record.end_s else sim["at"]
+        if self.modelled and self.dispatched:
+            if held is not None:
+                task = asyncio.create_task(self._release_holds([held]))
+                self.in_flight.add(task)
+                task.add_done_callback(self.in_flight.discard)
+            return
+        self.slots.put_nowait((held, freed))
+
     def _finish(self, record: RequestRecord) -> None:
         if self.finished.is_set():
             return
         self.records.append(record)
         done = len(self.records)
+        if self.measured and record.late_s > LATE_TOLERANCE_S:
+            self.late.append(record)
+            self.failure = BenchLagError(self.lag_reason())
+            self.finished.set()
+            return
         if self.on_progress is not None:
             self.on_progress(done, self.total)
         stage = len(self.stage_summaries)
@@ -329,6 +419,14 @@ class _Run:
                     return
         if done == self.total:
             self.finished.set()
+
+    def lag_reason(self) -> str:
+        worst = max(r.late_s for r in self.late) * 1000.0
+        return (
+            f"not a measurement: {len(self.late)} request(s) reached the simulator after the "
+            f"modelled time they were due (up to {worst:.0f} ms late): the client could not keep "
+            "up with the simulated clock (an overloaded host); run it again on a quieter host"
+        )
 
     def _duration(self) -> float:
         # The benchmark starts at 0 (the clock restarts just before the first request).
