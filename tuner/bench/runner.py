@@ -39,10 +39,9 @@ ARRIVALS = ("poisson", "constant")
 # Modelled seconds a request may reach the simulator after it was due before the run counts as
 # one the client could not keep up with.
 LATE_TOLERANCE_S = 0.001
-# Open loop against the simulator: requests go out this many wall seconds before they are due
-# (the simulator queues them until their modelled time), so a client that is a little slow
-# still delivers them on time.
-OPEN_LOOP_LEAD_S = 0.05
+# Open loop against the simulator: requests are sent ahead of their modelled time (the simulator
+# queues them until then), at most this many in flight; beyond it a request waits for a finish.
+MAX_AHEAD = 256
 
 
 class BenchLagError(RuntimeError):
@@ -218,20 +217,24 @@ class _Run:
         self.histories: list[History] = [
             [("system", c.system)] if c.system else [] for c in conversations
         ]
-        self.ready: deque[tuple[int, int]] = deque((i, 0) for i in range(len(conversations)))
+        # (conversation, turn, modelled time it became ready to send)
+        self.ready: deque[tuple[int, int, float]] = deque(
+            (i, 0, 0.0) for i in range(len(conversations))
+        )
         self.ready_event = asyncio.Event()
         self.finished = asyncio.Event()
-        # A free slot is a token: (the simulator hold its next request claims, the modelled
-        # time it was freed at); against a real server only the count matters.
-        self.slots: asyncio.Queue[tuple[str | None, float]] | None = (
-            asyncio.Queue() if cfg.concurrency else None
-        )
+        self.slots = asyncio.Semaphore(cfg.concurrency) if cfg.concurrency else None
         self.in_flight: set[asyncio.Task[None]] = set()
         self.failure: BaseException | None = None
+        # Against the simulator (modelled time), requests are dispatched by `_pump` as finishes
+        # free their slots, each stamped with the modelled time it is due (see the module doc).
         self.modelled = client.modelled
         self.run_id = uuid.uuid4().hex[:12]
-        self.dispatched = False
         self.late: list[RequestRecord] = []
+        self.free = cfg.concurrency or MAX_AHEAD
+        self.next_index = 0
+        self.due: list[float] = []
+        self.t0 = 0.0
         self.measured = paced
 
     async def warm_up(self) -> list[RequestRecord]:
@@ -246,37 +249,73 @@ class _Run:
             raise self.failure
 
     async def _run_all(self) -> None:
-        start_key = f"{self.run_id}-start"
-        t0 = 0.0
-        first = min(self.cfg.concurrency or self.total, self.total)
         if self.modelled:
-            # Modelled time stops until the first requests are in: they arrive together.
-            held = await self.client.sim_call(
-                "/sim/hold", {"key": start_key, "count": first if self.slots else 1}
-            )
-            t0 = float(held["t"])
-            self.client.origin = t0
-        if self.slots is not None:
-            for _ in range(first):
-                self.slots.put_nowait((start_key, t0))
-        self.t0 = t0
-        self.start_key = start_key
-        dispatcher = asyncio.create_task(self._dispatch())
+            await self._start_modelled()
+            dispatcher: asyncio.Task[None] | None = None
+        else:
+            dispatcher = asyncio.create_task(self._dispatch())
         try:
             await self.finished.wait()
         finally:
             # Reached on completion, on a stop from the callback, and when our caller is
             # cancelled: in-flight requests are cancelled, which closes their connections.
-            dispatcher.cancel()
-            for task in self.in_flight:
+            tasks = [t for t in (dispatcher, *self.in_flight) if t is not None]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(dispatcher, *self.in_flight, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             if self.modelled:
                 with contextlib.suppress(Exception):
                     await self.client.sim_call("/sim/release", {"prefix": self.run_id})
 
+    async def _start_modelled(self) -> None:
+        """Hold the simulator's clock, send the first requests, all due at that moment."""
+        gaps = np.zeros(self.total)
+        if self.rate is not None and self.total > 1:
+            rng = np.random.default_rng(self.cfg.workload.seed)
+            for i in range(1, self.total):
+                poisson = self.cfg.arrival == "poisson"
+                gaps[i] = rng.exponential(1.0 / self.rate) if poisson else 1 / self.rate
+        first = min(self.free, len(self.ready), self.total)
+        key = f"{self.run_id}-start"
+        held = await self.client.sim_call("/sim/hold", {"key": key, "count": max(first, 1)})
+        self.t0 = float(held["t"])
+        self.client.origin = self.t0
+        self.due = (self.t0 + np.cumsum(gaps)).tolist()
+        self.ready = deque((c, t, self.t0) for c, t, *_ in self.ready)
+        self._pump(key, self.t0, claims=max(first, 1))
+
+    def _pump(self, key: str | None, t: float | None, claims: int = 1) -> None:
+        """Send what can go now: a free slot and a ready turn each. The first ``claims``
+        requests sent claim the hold ``key`` (the finish that freed their slot, or the start);
+        a hold not fully claimed is released, so the simulator's clock goes on."""
+        claimed = 0
+        while (
+            self.next_index < self.total
+            and self.free > 0
+            and self.ready
+            and not self.finished.is_set()
+        ):
+            conv, turn, ready_t = self.ready.popleft()
+            index = self.next_index
+            self.next_index += 1
+            self.free -= 1
+            at = max(self.due[index], ready_t, t if t is not None else 0.0)
+            sim: dict[str, Any] = {
+                "rid": f"{self.run_id}-{index}",
+                "after": key if claimed < claims else None,
+                "at": at if t is not None else None,
+                "hold": True,
+            }
+            claimed += 1
+            task = asyncio.create_task(self._one(index, conv, turn, sim))
+            self.in_flight.add(task)
+            task.add_done_callback(self.in_flight.discard)
+        if key is not None and claimed < claims:
+            task = asyncio.create_task(self._release_holds([key]))
+            self.in_flight.add(task)
+            task.add_done_callback(self.in_flight.discard)
+
     async def _release_holds(self, keys: list[str]) -> None:
-        """Free slots no request will take: let the simulator's clock go on."""
         if keys:
             with contextlib.suppress(Exception):
                 await self.client.sim_call("/sim/release", {"keys": keys})
@@ -287,45 +326,32 @@ class _Run:
             rng = np.random.default_rng(self.cfg.workload.seed)
             clock = self.client.clock
             next_release = time.perf_counter()
-            due = self.t0  # modelled time the next request is due (open loop)
-            lead = OPEN_LOOP_LEAD_S if self.modelled else 0.0
             for index in range(self.total):
                 if rate is not None and index > 0:
                     gap = rng.exponential(1.0 / rate) if self.cfg.arrival == "poisson" else 1 / rate
-                    due += gap
                     # Absolute release times, so that slow iterations do not drift the rate.
                     next_release += clock.to_wall(gap)
-                    delay = next_release - lead - time.perf_counter()
+                    delay = next_release - time.perf_counter()
                     if delay > 0:
                         await asyncio.sleep(delay)
-                sim: dict[str, Any] = {"rid": f"{self.run_id}-{index}"}
                 if self.slots is not None:
-                    after, freed = await self.slots.get()
-                    sim.update(after=after, at=max(freed, due) if rate else freed, hold=True)
-                else:
-                    sim.update(at=due, after=self.start_key if index == 0 else None)
+                    await self.slots.acquire()
                 while not self.ready:
                     self.ready_event.clear()
                     await self.ready_event.wait()
-                conv, turn = self.ready.popleft()
-                task = asyncio.create_task(self._one(index, conv, turn, sim))
+                conv, turn, *_ = self.ready.popleft()
+                task = asyncio.create_task(self._one(index, conv, turn, None))
                 self.in_flight.add(task)
                 task.add_done_callback(self.in_flight.discard)
-            self.dispatched = True
-            if self.modelled and self.slots is not None:
-                spare = []
-                while not self.slots.empty():
-                    after, _ = self.slots.get_nowait()
-                    if after is not None:
-                        spare.append(after)
-                await self._release_holds(spare)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # a bug must end the run, not hang it
             self.failure = exc
             self.finished.set()
 
-    async def _one(self, index: int, conv_index: int, turn_index: int, sim: dict[str, Any]) -> None:
+    async def _one(
+        self, index: int, conv_index: int, turn_index: int, sim: dict[str, Any] | None
+    ) -> None:
         try:
             await self._send_turn(index, conv_index, turn_index, sim)
         except asyncio.CancelledError:
@@ -335,13 +361,12 @@ class _Run:
             self.finished.set()
 
     async def _send_turn(
-        self, index: int, conv_index: int, turn_index: int, sim: dict[str, Any]
+        self, index: int, conv_index: int, turn_index: int, sim: dict[str, Any] | None
     ) -> None:
         conversation = self.conversations[conv_index]
         turn = conversation.turns[turn_index]
         history = [*self.histories[conv_index], ("user", turn.user)]
         has_next = turn_index + 1 < len(conversation.turns)
-        record: RequestRecord | None = None
         try:
             body = build_body(
                 self.cfg.api,
@@ -360,8 +385,10 @@ class _Run:
                 sim=sim,
             )
         finally:
-            if self.slots is not None:
-                self._free_slot(sim, record)
+            if self.modelled:
+                self.free += 1
+            elif self.slots is not None:
+                self.slots.release()
         if record.prompt_tokens == 0 and record.success:
             record.prompt_tokens = prompt_length(flatten(history))
         if has_next:
@@ -373,22 +400,16 @@ class _Run:
             # its chat to the end before opening another, as users do (and as the simulator's
             # oracle models it); otherwise every conversation would be in flight at once and
             # their prefixes would evict each other.
-            self.ready.appendleft((conv_index, turn_index + 1))
+            ended = self.t0 + record.end_s if record.end_s else 0.0
+            self.ready.appendleft((conv_index, turn_index + 1, ended))
             self.ready_event.set()
         self._finish(record)
-
-    def _free_slot(self, sim: dict[str, Any], record: RequestRecord | None) -> None:
-        assert self.slots is not None
-        # the simulator holds its clock at a successful request's finish for the next one
-        held = sim["rid"] if record is not None and record.success else None
-        freed = self.t0 + record.end_s if record is not None and record.end_s else sim["at"]
-        if self.modelled and self.dispatched:
-            if held is not None:
-                task = asyncio.create_task(self._release_holds([held]))
-                self.in_flight.add(task)
-                task.add_done_callback(self.in_flight.discard)
-            return
-        self.slots.put_nowait((held, freed))
+        if self.modelled:
+            # the simulator holds its clock at a successful request's finish for what follows
+            held = sim is not None and record.success and record.end_s > 0
+            self._pump(
+                sim["rid"] if held and sim else None, self.t0 + record.end_s if held else None
+            )
 
     def _finish(self, record: RequestRecord) -> None:
         if self.finished.is_set():
