@@ -83,6 +83,7 @@ class DecodePlan:
     k_end: int  # steps to run
     t0: float
     step: float  # modelled seconds per step
+    start: float  # modelled time it was planned at (arrivals after it may cut it short)
 
 
 class Scheduler:
@@ -560,11 +561,6 @@ class Scheduler:
         self._trim_states()
 
     # ------------------------------------------------------------ decode
-    def _admissible_arrival(self) -> bool:
-        if not self.waiting or self.num_running >= self.cap:
-            return False
-        return self.waiting[0].arrival <= self.clock.paced()
-
     def _plan_decode(self) -> DecodePlan | None:
         """Plan a run of decode steps up to the next finish (None: nothing to run, or a
         request was retracted to make room)."""
@@ -597,28 +593,57 @@ class Scheduler:
         done = cum >= remaining[:, None]
         finish_step = np.where(done.any(axis=1), done.argmax(axis=1) + 1, steps_cap + 1)
         k_end = int(min(finish_step.min(), steps_cap))
-        return DecodePlan(batch, cum, remaining, finish_step, k_end, self.t + extra, step)
+        return DecodePlan(batch, cum, remaining, finish_step, k_end, self.t + extra, step, self.t)
 
-    def cut_for_arrival(self, plan: DecodePlan, arrival: float) -> None:
-        """End the run of steps with the one in flight when ``arrival`` comes (it can then be
-        admitted), as the server does when a request arrives mid-run."""
-        if self.num_running >= self.cap:
+    def _cut_for_arrivals(self, plan: DecodePlan, done: int = 0) -> None:
+        """End the run of steps with the one in flight when a request arrives after it was
+        planned (it may then be admitted), as sglang's scheduler looks at its queue every step.
+        From the arrival's modelled stamp, so the server and the headless oracle cut alike;
+        ``done``: steps whose tokens were streamed already (a host that fell behind)."""
+        if self.num_running >= self.cap or not self.waiting:
             return
-        j = int((arrival - plan.t0) / plan.step) if arrival > plan.t0 else 0
-        plan.k_end = max(1, min(plan.k_end, j + 1))
+        start = plan.start
+        new = [r.arrival for r in self.waiting if r.arrival > start]
+        if not new:
+            return
+        j = int((min(new) - plan.t0) / plan.step) if min(new) > plan.t0 else 0
+        plan.k_end = max(1, done, min(plan.k_end, j + 1))
+
+    def run_round(self) -> bool:
+        """Headless: run one round on the virtual clock; False when nothing can run."""
+        batch = self._build_prefill()
+        if batch is not None:
+            t_end, mixed = self._prefill_begin(*batch)
+            self._prefill_end(batch[0], t_end, mixed)
+            self.clock.settle(self.t)
+            return True
+        if self.running:
+            plan = self._plan_decode()
+            if plan is not None:
+                self._cut_for_arrivals(plan)
+                self._apply_steps(plan)
+                self.clock.settle(self.t)
+            return True
+        future = [r.arrival for r in self.waiting if r.arrival > self.t]
+        if future and len(future) == len(self.waiting):
+            self.t = min(future)
+            self.clock.settle(self.t)
+            return True
+        return False
 
     async def _pace_decode(self, plan: DecodePlan) -> None:
         batch, cum, remaining, t0, step = plan.batch, plan.cum, plan.remaining, plan.t0, plan.step
+        flushed = 0
         while True:
             self.clock.cap = t0 + plan.k_end * step
+            self._cut_for_arrivals(plan, flushed)
             j = min(plan.k_end, int((self.clock.paced() - t0) / step))
             if j >= plan.k_end:
                 break
-            if j + 1 < plan.k_end and self._admissible_arrival():
-                plan.k_end = j + 1
             flush_wall = self._last_flush_wall + self._flush_interval()
             if j > 0 and time.monotonic() >= flush_wall:
                 self._release_partial(batch, cum, remaining, j, t0 + j * step)
+                flushed = j
                 flush_wall = self._last_flush_wall + self._flush_interval()
             # a flush is only useful once a step has completed since the last one
             next_flush = max(flush_wall, self.clock.wall_at(t0 + (j + 1) * step))
