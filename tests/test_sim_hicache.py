@@ -47,10 +47,12 @@ def test_hicache_serves_reused_prefixes_the_gpu_pool_lost(shared_runs):
     assert hi.cache_hit_rate > 0.6
     assert hi_ttft < 0.5 * plain_ttft
     assert hi.output_throughput > 1.2 * plain.output_throughput
-    # what the oracle expects too
+    # what the oracle expects too, under tuner bench's order of the same groups (a seeded
+    # shuffle, so a group sometimes comes back while its prompt is still on the GPU; the probe
+    # above sends them round-robin, the worst case for the GPU pool)
     expected_plain = predict(SMALL_POOL, SHARED)
     expected_hi = predict([*SMALL_POOL, *HICACHE], SHARED)
-    assert expected_hi.cache_hit_rate > 0.6 > 0.2 > expected_plain.cache_hit_rate
+    assert expected_hi.cache_hit_rate > 0.6 > 0.45 > expected_plain.cache_hit_rate
     assert expected_hi.output_throughput > 1.2 * expected_plain.output_throughput
 
 
