@@ -23,6 +23,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner import record
+from tuner.bench.runner import failure_message as bench_failure_message
 from tuner.engines import sglang as engine
 from tuner.feasibility import CrashModel, LaunchObservation, ModelMemory, estimate_memory
 from tuner.launcher import LaunchError, LaunchSpec, launch
@@ -296,11 +297,7 @@ class Objective:
             trial.set_user_attr(
                 record.FAILURE_CLASS, "died_during_benchmark" if died else "benchmark_failed"
             )
-            message = (
-                "server died during the benchmark"
-                if died
-                else f"no request completed: {summary.get('error') or 'every request failed'}"
-            )
+            message = "server died during the benchmark" if died else bench_failure_message(summary)
             trial.set_user_attr(record.FAILURE_MSG, message)
             constraints["launch"] = 1.0
             self._set_constraints(trial, constraints)

@@ -44,9 +44,18 @@ LATE_TOLERANCE_S = 0.001
 MAX_AHEAD = 256
 
 
-class BenchLagError(RuntimeError):
+class BenchLagError(UserError):
     """The simulator's clock ran ahead of the client: the figures would not be the
     configuration's, so the run is not a measurement."""
+
+
+def failure_message(summary: Mapping[str, Any]) -> str:
+    """Why a benchmark recorded nothing, from the summary of a failed run (its `error`)."""
+    error = str(summary.get("error") or "every request failed")
+    lagged = f"{BenchLagError.__name__}: "
+    if error.startswith(lagged):
+        return error[len(lagged) :]
+    return f"no request completed: {error}"
 
 
 # Stage callback: (stage index from 0, cumulative summary) -> False to stop the run.

@@ -173,7 +173,8 @@ class Scheduler:
     def hold(self, key: str, count: int = 1, t: float | None = None) -> float:
         """Keep modelled time at ``t`` (now) until ``count`` requests claim ``key``."""
         t = self.clock.now() if t is None else t
-        self.holds[key] = Hold(t, max(1, count), time.monotonic() + HOLD_TIMEOUT_S)
+        timeout = getattr(self.config.args, "sim_hold_timeout", HOLD_TIMEOUT_S)
+        self.holds[key] = Hold(t, max(1, count), time.monotonic() + timeout)
         if self.clock.cap is None or self.clock.cap > t:
             self.clock.cap = t  # idle: modelled time stops here until the hold is resolved
         return t
