@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tuner.bench import BenchConfig, WorkloadSpec, run_bench
-from tuner.bench.runner import BenchLagError, failure_message
+from tuner.bench.modelled import BenchLagError, failure_message
 from tuner.sim.harness import SimProcess
 
 SPEC = WorkloadSpec.from_dict({"kind": "random", "requests": 12, "input_len": 64, "output_len": 64})

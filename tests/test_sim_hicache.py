@@ -8,6 +8,7 @@ import statistics
 import httpx
 import pytest
 
+from tuner.bench import WorkloadSpec
 from tuner.sim.harness import SimProcess
 from tuner.sim.oracle import OracleWorkload, predict
 from tuner.sim.probe import measure
@@ -23,6 +24,15 @@ SHARED = OracleWorkload(
     output_len=64,
     concurrency=4,
     num_requests=64,
+)
+# the same workload as tuner bench generates it, for the oracle
+SHARED_SPEC = WorkloadSpec(
+    kind="shared-prefix",
+    groups=16,
+    prompts_per_group=4,
+    system_prompt_len=4096,
+    question_len=64,
+    output_len=64,
 )
 RANDOM = OracleWorkload(input_len=1024, output_len=64, concurrency=4)
 
@@ -50,8 +60,8 @@ def test_hicache_serves_reused_prefixes_the_gpu_pool_lost(shared_runs):
     # what the oracle expects too, under tuner bench's order of the same groups (a seeded
     # shuffle, so a group sometimes comes back while its prompt is still on the GPU; the probe
     # above sends them round-robin, the worst case for the GPU pool)
-    expected_plain = predict(SMALL_POOL, SHARED)
-    expected_hi = predict([*SMALL_POOL, *HICACHE], SHARED)
+    expected_plain = predict(SMALL_POOL, SHARED_SPEC, concurrency=4)
+    expected_hi = predict([*SMALL_POOL, *HICACHE], SHARED_SPEC, concurrency=4)
     assert expected_hi.cache_hit_rate > 0.6 > 0.45 > expected_plain.cache_hit_rate
     assert expected_hi.output_throughput > 1.2 * expected_plain.output_throughput
 

@@ -23,7 +23,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner import record
-from tuner.bench.runner import failure_message as bench_failure_message
+from tuner.bench.modelled import failure_message as bench_failure_message
 from tuner.engines import sglang as engine
 from tuner.feasibility import CrashModel, LaunchObservation, ModelMemory, estimate_memory
 from tuner.launcher import LaunchError, LaunchSpec, launch

@@ -1,15 +1,10 @@
 """Async streaming HTTP client: one RequestRecord per request, failures recorded, not raised.
 
-Two clocks, one record format (modelled seconds):
-
-- against the simulator (its /server_info says `sim_modelled_time`), every chunk carries the
-  modelled time the server produced its tokens and the request's modelled arrival; the record is
-  built from those stamps, so what the host does to the client or the server (a busy CPU, a slow
-  event loop) changes how long the run takes, never what it measures. Requests carry a `sim`
-  object (see tuner/sim/scheduler.py) that keeps a closed loop's modelled timing exact;
-- against a real server (or one without stamps), time is read once per network read and converted
-  to the modelled hardware's seconds right there (wall x the server's time scale, 1 on a real
-  server), so that every later computation works in modelled units and never needs to know K.
+Records are in modelled seconds. Against the simulator (its /server_info says
+`sim_modelled_time`) they are built from the modelled stamps on every chunk (modelled.py), so a
+busy host changes how long a run takes, never what it measures. Against a real server, time is
+read once per network read and converted right there (wall x the server's time scale, 1 on a real
+server), so that every later computation works in modelled units and never needs to know K.
 
 Example:
     >>> async def one(url: str) -> RequestRecord:
@@ -25,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import httpx
 
+from tuner.bench.modelled import ModelClock, Stamps
 from tuner.bench.payload import API_PATHS, APIS
 from tuner.bench.transport import LeanTransport
 from tuner.errors import UserError
@@ -78,25 +73,6 @@ class RequestRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-class ModelClock:
-    """Modelled seconds since `restart()`: wall time multiplied by the server's time scale."""
-
-    __slots__ = ("_origin", "scale")
-
-    def __init__(self, scale: float = 1.0) -> None:
-        self.scale = scale
-        self._origin = time.perf_counter()
-
-    def restart(self) -> None:
-        self._origin = time.perf_counter()
-
-    def now(self) -> float:
-        return (time.perf_counter() - self._origin) * self.scale
-
-    def to_wall(self, modelled_s: float) -> float:
-        return modelled_s / self.scale
 
 
 @dataclass(frozen=True)
@@ -228,19 +204,11 @@ class BenchClient:
         conversation: int | None = None,
         turn: int | None = None,
         capture_output: bool = False,
-        sim: dict[str, Any] | None = None,
     ) -> tuple[RequestRecord, list[int] | str | None]:
         """Send one streaming request; return its record and, when asked, the answer as the
         server generated it, for a multi-turn history to resend: token ids from /generate
-        (when the server sends them), text from the chat endpoint, else None.
-
-        `sim`: the simulator-only `sim` object for the request (modelled mode only)."""
+        (when the server sends them), text from the chat endpoint, else None."""
         clock = self.clock
-        if sim is not None and self.modelled:
-            body = {**body, "sim": sim}
-            if "rid" not in body and sim.get("rid"):
-                body["rid"] = sim["rid"]
-            body["sim"] = {k: v for k, v in sim.items() if k != "rid"}
         content = json.dumps(body).encode()
         record = RequestRecord(
             index=index,
@@ -250,26 +218,25 @@ class BenchClient:
             turn=turn,
         )
         output: list[int] | str | None = None
+        stamps = Stamps() if self.modelled else None
         timeout = None if self.request_timeout_s is None else clock.to_wall(self.request_timeout_s)
         try:
             async with asyncio.timeout(timeout):
-                output = await self._stream(content, record, capture_output)
+                output = await self._stream(content, record, capture_output, stamps)
         except TimeoutError:
             record.error = f"timeout after {self.request_timeout_s:g} s"
         except httpx.HTTPError as exc:
             record.error = _describe(exc)
         except ValueError as exc:  # a chunk that is not JSON
             record.error = f"bad chunk from server: {exc}"
-        if not self.modelled:
+        if stamps is None:
             record.end_s = clock.now()
-        elif record.end_s == 0.0:
-            # modelled mode without stamps (refused, timed out, cut off): a failed request
-            # that takes no part in the run's modelled duration
-            record.start_s = record.end_s = 0.0
+        else:
+            stamps.finish(record, self.origin)
         return record, output
 
     async def _stream(
-        self, content: bytes, record: RequestRecord, capture_output: bool
+        self, content: bytes, record: RequestRecord, capture_output: bool, stamps: Stamps | None
     ) -> list[int] | str | None:
         clock = self.clock
         start = record.start_s
@@ -287,9 +254,6 @@ class BenchClient:
         counted = False  # some chunk carried usage: the per-chunk counts are the server's
         done = False
         buffer = b""
-        modelled = self.modelled
-        arrival: float | None = None  # modelled mode: the server's stamps
-        latest = 0.0
         async with self._http.stream(
             "POST", self.path, content=content, headers={"Content-Type": "application/json"}
         ) as response:
@@ -315,17 +279,10 @@ class BenchClient:
                         continue
                     event = loads(payload)
                     new = 0
-                    if modelled:
-                        stamp = event.get("meta_info") if generate else event.get("sim")
-                        if stamp:
-                            if generate:
-                                stamp = {k[4:]: v for k, v in stamp.items() if k[:4] == "sim_"}
-                            if arrival is None and "arrival" in stamp:
-                                arrival = float(stamp["arrival"])
-                                record.late_s = float(stamp.get("late", 0.0))
-                            if "time" in stamp and arrival is not None:
-                                latest = float(stamp["time"])
-                                now = latest - arrival
+                    if stamps is not None:
+                        stamped = stamps.read(event, generate)
+                        if stamped is not None:
+                            now = stamped
                     if generate:
                         meta = event.get("meta_info")
                         if meta is None:
@@ -360,12 +317,6 @@ class BenchClient:
                         chunk_tokens.append(new)
         if not done:
             record.error = "stream ended before [DONE] (server closed the connection)"
-        if modelled:
-            if arrival is None:
-                record.error = record.error or "the simulator sent no modelled timestamps"
-            else:
-                record.start_s = arrival - self.origin
-                record.end_s = latest - self.origin
         if chunk_times:
             record.ttft_s = chunk_times[0]
         self._fill_totals(record, last, tokens_so_far)

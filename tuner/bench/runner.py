@@ -17,7 +17,6 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 import uuid
@@ -30,33 +29,19 @@ import numpy as np
 
 from tuner.bench.client import BenchClient, ModelClock, RequestRecord
 from tuner.bench.metrics import check_slos, summarize
+from tuner.bench.modelled import (
+    LATE_TOLERANCE_S,
+    MAX_AHEAD,
+    BenchLagError,
+    ModelledDispatch,
+    lag_reason,
+    with_sim,
+)
 from tuner.bench.payload import APIS, History, build_body, flatten, prompt_length
 from tuner.bench.workload import Conversation, WorkloadSpec
 from tuner.errors import UserError
 
 ARRIVALS = ("poisson", "constant")
-
-# Modelled seconds a request may reach the simulator after it was due before the run counts as
-# one the client could not keep up with.
-LATE_TOLERANCE_S = 0.001
-# Open loop against the simulator: requests are sent ahead of their modelled time (the simulator
-# queues them until then), at most this many in flight; beyond it a request waits for a finish.
-MAX_AHEAD = 256
-
-
-class BenchLagError(UserError):
-    """The simulator's clock ran ahead of the client: the figures would not be the
-    configuration's, so the run is not a measurement."""
-
-
-def failure_message(summary: Mapping[str, Any]) -> str:
-    """Why a benchmark recorded nothing, from the summary of a failed run (its `error`)."""
-    error = str(summary.get("error") or "every request failed")
-    lagged = f"{BenchLagError.__name__}: "
-    if error.startswith(lagged):
-        return error[len(lagged) :]
-    return f"no request completed: {error}"
-
 
 # Stage callback: (stage index from 0, cumulative summary) -> False to stop the run.
 StageCallback = Callable[[int, dict[str, float | int]], bool | None]
@@ -195,7 +180,7 @@ async def run_bench_async(
     return run.result(info.time_scale, warmup_records, info.raw)
 
 
-class _Run:
+class _Run(ModelledDispatch):
     """The state of one measured (or warm-up) pass over a list of conversations."""
 
     def __init__(
@@ -215,6 +200,7 @@ class _Run:
         self.client = client
         self.model = model
         self.conversations = conversations
+        n_conv = len(conversations)
         self.on_stage = on_stage
         self.on_progress = on_progress
         self.total = sum(len(c.turns) for c in conversations)
@@ -227,16 +213,13 @@ class _Run:
             [("system", c.system)] if c.system else [] for c in conversations
         ]
         # (conversation, turn, modelled time it became ready to send)
-        self.ready: deque[tuple[int, int, float]] = deque(
-            (i, 0, 0.0) for i in range(len(conversations))
-        )
+        self.ready: deque[tuple[int, int, float]] = deque((i, 0, 0.0) for i in range(n_conv))
         self.ready_event = asyncio.Event()
         self.finished = asyncio.Event()
         self.slots = asyncio.Semaphore(cfg.concurrency) if cfg.concurrency else None
         self.in_flight: set[asyncio.Task[None]] = set()
         self.failure: BaseException | None = None
-        # Against the simulator (modelled time), requests are dispatched by `_pump` as finishes
-        # free their slots, each stamped with the modelled time it is due (see the module doc).
+        # Against the simulator requests go out by finishes (modelled.ModelledDispatch).
         self.modelled = client.modelled
         self.run_id = uuid.uuid4().hex[:12]
         self.late: list[RequestRecord] = []
@@ -273,61 +256,7 @@ class _Run:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             if self.modelled:
-                with contextlib.suppress(Exception):
-                    await self.client.sim_call("/sim/release", {"prefix": self.run_id})
-
-    async def _start_modelled(self) -> None:
-        """Hold the simulator's clock, send the first requests, all due at that moment."""
-        gaps = np.zeros(self.total)
-        if self.rate is not None and self.total > 1:
-            rng = np.random.default_rng(self.cfg.workload.seed)
-            for i in range(1, self.total):
-                poisson = self.cfg.arrival == "poisson"
-                gaps[i] = rng.exponential(1.0 / self.rate) if poisson else 1 / self.rate
-        first = min(self.free, len(self.ready), self.total)
-        key = f"{self.run_id}-start"
-        held = await self.client.sim_call("/sim/hold", {"key": key, "count": max(first, 1)})
-        self.t0 = float(held["t"])
-        self.client.origin = self.t0
-        self.due = (self.t0 + np.cumsum(gaps)).tolist()
-        self.ready = deque((c, t, self.t0) for c, t, *_ in self.ready)
-        self._pump(key, self.t0, claims=max(first, 1))
-
-    def _pump(self, key: str | None, t: float | None, claims: int = 1) -> None:
-        """Send what can go now: a free slot and a ready turn each. The first ``claims``
-        requests sent claim the hold ``key`` (the finish that freed their slot, or the start);
-        a hold not fully claimed is released, so the simulator's clock goes on."""
-        claimed = 0
-        while (
-            self.next_index < self.total
-            and self.free > 0
-            and self.ready
-            and not self.finished.is_set()
-        ):
-            conv, turn, ready_t = self.ready.popleft()
-            index = self.next_index
-            self.next_index += 1
-            self.free -= 1
-            at = max(self.due[index], ready_t, t if t is not None else 0.0)
-            sim: dict[str, Any] = {
-                "rid": f"{self.run_id}-{index}",
-                "after": key if claimed < claims else None,
-                "at": at if t is not None else None,
-                "hold": True,
-            }
-            claimed += 1
-            task = asyncio.create_task(self._one(index, conv, turn, sim))
-            self.in_flight.add(task)
-            task.add_done_callback(self.in_flight.discard)
-        if key is not None and claimed < claims:
-            task = asyncio.create_task(self._release_holds([key]))
-            self.in_flight.add(task)
-            task.add_done_callback(self.in_flight.discard)
-
-    async def _release_holds(self, keys: list[str]) -> None:
-        if keys:
-            with contextlib.suppress(Exception):
-                await self.client.sim_call("/sim/release", {"keys": keys})
+                await self._release_holds()
 
     async def _dispatch(self) -> None:
         try:
@@ -386,17 +315,14 @@ class _Run:
             )
             record, output = await self.client.send(
                 index,
-                body,
+                with_sim(body, sim) if sim is not None else body,
                 expected_output_tokens=turn.output_len,
                 conversation=conv_index if len(conversation.turns) > 1 else None,
                 turn=turn_index if len(conversation.turns) > 1 else None,
                 capture_output=has_next,
-                sim=sim,
             )
         finally:
-            if self.modelled:
-                self.free += 1
-            elif self.slots is not None:
+            if not self.modelled and self.slots is not None:
                 self.slots.release()
         if record.prompt_tokens == 0 and record.success:
             record.prompt_tokens = prompt_length(flatten(history))
@@ -414,11 +340,7 @@ class _Run:
             self.ready_event.set()
         self._finish(record)
         if self.modelled:
-            # the simulator holds its clock at a successful request's finish for what follows
-            held = sim is not None and record.success and record.end_s > 0
-            self._pump(
-                sim["rid"] if held and sim else None, self.t0 + record.end_s if held else None
-            )
+            self._after_finish(record, sim)
 
     def _finish(self, record: RequestRecord) -> None:
         if self.finished.is_set():
@@ -427,7 +349,7 @@ class _Run:
         done = len(self.records)
         if self.measured and record.late_s > LATE_TOLERANCE_S:
             self.late.append(record)
-            self.failure = BenchLagError(self.lag_reason())
+            self.failure = BenchLagError(lag_reason(self.late))
             self.finished.set()
             return
         if self.on_progress is not None:
@@ -449,14 +371,6 @@ class _Run:
                     return
         if done == self.total:
             self.finished.set()
-
-    def lag_reason(self) -> str:
-        worst = max(r.late_s for r in self.late) * 1000.0
-        return (
-            f"not a measurement: {len(self.late)} request(s) reached the simulator after the "
-            f"modelled time they were due (up to {worst:.0f} ms late): the client could not keep "
-            "up with the simulated clock (an overloaded host); run it again on a quieter host"
-        )
 
     def _duration(self) -> float:
         # The benchmark starts at 0 (the clock restarts just before the first request).

@@ -1,9 +1,9 @@
 """The simulated SGLang server (``python -m tuner.sim``) and its oracle.
 
-The server is a separate program: it imports only its own package. The oracle
-(``tuner.sim.oracle``, a headless run of the server's scheduler) is the bridge the tuner imports:
-it uses the tuner's benchmark workload generator and summary, so that its figures are the ones
-``tuner bench`` would measure. Importing this package starts nothing (names load on first use).
+A separate program: it imports only its own package. The oracle (``tuner.sim.oracle``, a
+headless run of the server's scheduler) takes the benchmark's workload as an argument and gives
+the summary ``tuner bench`` would print. Importing this package starts nothing (names load on
+first use).
 
     >>> from tuner.sim import OracleWorkload, predict
     >>> predict(["--speculative-algorithm", "MTP"], OracleWorkload()).failure

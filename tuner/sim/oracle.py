@@ -3,18 +3,21 @@
 A headless run of the server's own scheduler (the same memory plan, performance model, prefix
 cache and HiCache model: ``tuner.sim.scheduler.Scheduler``) on a virtual clock: no HTTP, no
 sleeping. It is driven the way ``tuner bench`` drives a server: the prompts come from the
-benchmark's own workload generator (``tuner.bench.workload``), requests are dispatched like its
+benchmark's own workload generator (pass a ``tuner.bench.WorkloadSpec``: anything with
+``make_conversations()``, ``make_warmup(n)`` and ``seed``), requests are dispatched like its
 runner does (a closed loop of C clients, each carrying its conversation to the end before it
-opens another; or Poisson / constant arrivals), warm-up requests first, and the figures are
-``tuner.bench.metrics.summarize`` of the request records: the same summary as ``tuner bench``,
-percentiles included. Since the served simulator stamps every chunk with modelled time, a
-served benchmark and the oracle run the same rounds and agree up to the order in which a client
-sends requests due at the same modelled moment.
+opens another; or Poisson / constant arrivals), warm-up requests first. The request records have
+the fields of ``tuner.bench.RequestRecord`` and the summary is sglang's benchmark summary
+(``oracle_summary.bench_summary``, the definitions of ``tuner.bench.metrics.summarize``,
+percentiles included; a test holds the two equal). Since the served simulator stamps every
+chunk with modelled time, a served benchmark and the oracle run the same rounds and agree up to
+the order in which a client sends requests due at the same modelled moment.
 
-This module is the bridge between the two programs: the simulator's server never imports it, so
-the server still imports nothing from the tuner.
+Like the server, it imports nothing of the tuner: the workload comes in as an argument.
 
-    >>> r = predict([], OracleWorkload(input_len=128, output_len=256, concurrency=1))
+    >>> from tuner.bench import WorkloadSpec
+    >>> spec = WorkloadSpec(kind="random", requests=8, input_len=128, output_len=256)
+    >>> r = predict([], spec, concurrency=1)
     >>> r.launch_ok, r.max_running_requests, round(r.output_throughput)
     (True, 19, 27)
 """
@@ -23,22 +26,19 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tuner.bench.client import RequestRecord
-from tuner.bench.metrics import summarize
-from tuner.bench.workload import Conversation, WorkloadSpec
 from tuner.sim import tokens as tok
 from tuner.sim.args import parse_args
 from tuner.sim.clock import VirtualClock
 from tuner.sim.config import SimConfig, resolve
 from tuner.sim.failures import StartupFailure
 from tuner.sim.memory import MemoryPlan, plan_memory
+from tuner.sim.oracle_summary import OracleRecord, bench_summary
 from tuner.sim.perf import build_perf_model
 from tuner.sim.profiles import ProfileError
 from tuner.sim.request import SimRequest
@@ -51,14 +51,15 @@ MAX_AHEAD = 256
 
 @dataclass(frozen=True)
 class OracleWorkload:
-    """A benchmark workload in a few numbers (a shorthand for a ``WorkloadSpec``).
+    """A benchmark workload in a few numbers, for the simulator's own probe client
+    (``tuner.bench.WorkloadSpec`` is what ``predict`` takes).
 
     kind: "random" (unique prompts of ``input_len``), "shared-prefix" (``num_groups`` system
     prompts of ``shared_prefix_len`` + a question of ``input_len``), "multi-turn" (chats of
     ``turns`` turns: each turn adds a user message of ``input_len`` and re-sends the history;
     the first turn starts with a system prompt of ``shared_prefix_len``).
     Either ``concurrency`` (closed loop) or ``request_rate`` (requests/s, Poisson) drives it.
-    ``num_requests``: how many requests the run sends (None: 8 per client, at least 32).
+    ``num_requests``: how many requests a run sends (None: the caller decides).
     """
 
     kind: str = "random"
@@ -79,42 +80,6 @@ class OracleWorkload:
         if not self.concurrency and not self.request_rate:
             raise ValueError("set concurrency or request_rate")
 
-    @property
-    def requests(self) -> int:
-        return self.num_requests or max(32, 8 * (self.concurrency or 4))
-
-    def spec(self, seed: int = 0) -> WorkloadSpec:
-        """The same workload as the benchmark client's generator describes it."""
-        if self.kind == "random":
-            return WorkloadSpec(
-                kind="random",
-                seed=seed,
-                requests=self.requests,
-                input_len=self.input_len,
-                output_len=self.output_len,
-            )
-        if self.kind == "shared-prefix":
-            groups = max(self.num_groups, 1)
-            return WorkloadSpec(
-                kind="shared-prefix",
-                seed=seed,
-                groups=groups,
-                prompts_per_group=max(1, math.ceil(self.requests / groups)),
-                system_prompt_len=self.shared_prefix_len,
-                question_len=self.input_len,
-                output_len=self.output_len,
-            )
-        turns = max(self.turns, 1)
-        return WorkloadSpec(
-            kind="multi-turn",
-            seed=seed,
-            conversations=max(1, math.ceil(self.requests / turns)),
-            turns=turns,
-            system_prompt_len=self.shared_prefix_len,
-            user_len=self.input_len,
-            answer_len=self.output_len,
-        )
-
 
 @dataclass(frozen=True)
 class OracleResult:
@@ -130,7 +95,7 @@ class OracleResult:
     max_running_requests: int = 0
     max_total_num_tokens: int = 0
     summary: dict[str, float | int] = field(default_factory=dict)
-    records: list[RequestRecord] = field(default_factory=list)
+    records: list[OracleRecord] = field(default_factory=list)
     memory: dict[str, float] = field(default_factory=dict)
     warmup_s: float = 0.0  # modelled seconds the warm-up requests took
 
@@ -225,7 +190,7 @@ def plan(
 
 def predict(
     server_args: list[str],
-    workload: OracleWorkload | WorkloadSpec,
+    workload: Any,
     hardware: str | None = None,
     model: str | None = None,
     *,
@@ -240,15 +205,12 @@ def predict(
     """What ``tuner bench`` would measure on ``python -m tuner.sim *server_args``.
 
     ``server_args``: the argv the server would get (sglang flags, ``--sim-*`` allowed).
-    ``workload``: an ``OracleWorkload`` (its own concurrency / rate), or a ``WorkloadSpec`` with
-    ``concurrency`` / ``request_rate`` / ``arrival`` / ``warmup_requests`` as for ``BenchConfig``.
-    ``hardware`` / ``model``: profile names, unless the argv names them.
+    ``workload``: a ``tuner.bench.WorkloadSpec``; ``concurrency`` / ``request_rate`` /
+    ``arrival`` / ``warmup_requests`` / ``ignore_eos`` as for ``tuner.bench.BenchConfig``;
+    ``slos`` as there (for goodput). ``hardware`` / ``model``: profile names, unless the argv
+    names them. ``keep_records``: keep the request records (in completion order).
     """
-    if isinstance(workload, OracleWorkload):
-        spec = workload.spec()
-        concurrency, request_rate = workload.concurrency, workload.request_rate
-    else:
-        spec = workload
+    spec = workload
     started = plan(server_args, hardware, model)
     if isinstance(started, OracleResult):
         return started
@@ -265,7 +227,7 @@ def predict(
         launch_ok=True,
         max_running_requests=memory.max_running_requests,
         max_total_num_tokens=memory.max_total_num_tokens,
-        summary=summarize(records, duration, slos),
+        summary=bench_summary(records, duration, slos),
         records=records if keep_records else [],
         memory={
             "mem_fraction_static": memory.mem_fraction_static,
@@ -302,12 +264,12 @@ class Headless:
 
     def run(
         self,
-        conversations: list[Conversation],
+        conversations: list[Any],
         concurrency: int | None,
         request_rate: float | None,
         arrival: str,
         seed: int,
-    ) -> list[RequestRecord]:
+    ) -> list[OracleRecord]:
         """Serve ``conversations`` as the bench runner sends them; records as it keeps them
         (times in modelled seconds from the run's start)."""
         sched = self.scheduler
@@ -394,7 +356,7 @@ class Headless:
             sent = upto
         end = req.finish_t if req.finish_t is not None else req.arrival
         multi = len(run.conversations[conv].turns) > 1
-        record = RequestRecord(
+        record = OracleRecord(
             index=index,
             start_s=req.arrival - t0,
             end_s=end - t0,
@@ -421,7 +383,7 @@ class Headless:
 
 @dataclass
 class _RunState:
-    conversations: list[Conversation]
+    conversations: list[Any]
     total: int
     t0: float
     due: list[float]
@@ -429,7 +391,7 @@ class _RunState:
     ready: deque[tuple[int, int, float]]
     histories: list[list[int]]
     next_index: int = 0
-    records: list[RequestRecord] = field(default_factory=list)
+    records: list[OracleRecord] = field(default_factory=list)
     meta: dict[int, tuple[int, int, int, list[int]]] = field(default_factory=dict)
 
 
