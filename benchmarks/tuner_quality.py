@@ -671,6 +671,9 @@ def markdown(
             else ""
         )
         + (f" --seeds {seeds}" if seeds != 5 else "")
+        + (f" --dense-points {opts.dense_points}" if opts.dense_points != 6 else "")
+        + ("" if opts.refine else " --no-refine")
+        + (f" --served {opts.served}" if opts.served != 7 else "")
         + "`.",
         "",
     ]
@@ -845,11 +848,10 @@ def served_markdown(checks: list[ServedCheck], time_scale: float) -> list[str]:
         ) + "."]  # fmt: skip
     lines += [
         "",
-        "Throughput, TPOT, cache hits and capacity transfer; TTFT does not: the oracle's "
-        "closed-loop TTFT with several clients is a lower bound (tests/test_sim_oracle.py "
-        "compares TTFT only where arrivals are independent), so a served median TTFT can be "
-        "several times the oracle's and a configuration near the SLO limit can flip. The served "
-        "p99 TTFT shows what the seed's own SLO (`p99_ttft_ms <= 3000`) would say of each.",
+        "The oracle is a headless run of the server's own scheduler driven like the "
+        "benchmark (tuner/sim/oracle.py), and the served simulator measures in modelled time, so "
+        "the two agree up to the order of requests due at the same modelled moment; the served "
+        "p99 TTFT is what the seed's own SLO (`p99_ttft_ms <= 3000`) is judged on.",
     ]
     return lines
 
