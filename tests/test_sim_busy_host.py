@@ -1,7 +1,7 @@
 """A busy host, or another time scale, changes how long a simulated run takes, not its figures.
 
 The seed space's configuration, workload and bench settings, served at the space's default time
-scale (50) with and without two busy-loop processes (one per core on the 2-core machines this
+scale (200) with and without two busy-loop processes (one per core on the 2-core machines this
 project runs on), and a smaller run at time scale 50 vs 5. The busy loops are started and
 stopped by the test. Nothing here reads the wall clock.
 """
@@ -45,7 +45,6 @@ def serve_seed(
     if time_scale is not None:
         i = extra.index("--sim-time-scale")
         extra[i + 1] = str(time_scale)
-    assert float(extra[extra.index("--sim-time-scale") + 1]) == (time_scale or 50.0)
     args = engine.build_server_args(
         {"model_path": SPACE.model_path, **SPACE.fixed_flags}, SPACE.engine_version
     )
