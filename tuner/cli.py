@@ -109,7 +109,7 @@ def optimize(
         10,
         "--heartbeat",
         min=1,
-        help="Database storages: seconds between heartbeats; a trial silent for 3 is retried.",
+        help="Seconds between a running trial's heartbeats; a trial silent for 3 is retried.",
     ),
 ) -> None:
     """Run (or resume) a study: sample launch flags, launch, benchmark, prune, record."""
@@ -136,8 +136,9 @@ def optimize(
         tp_size=tp_size,
         heartbeat_s=heartbeat,
     )
-    if run_optimize(options, space, workers=workers, report=report):
-        raise typer.Exit(130)
+    code = run_optimize(options, space, workers=workers, report=report)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()
