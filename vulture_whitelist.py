@@ -69,3 +69,11 @@ _._pd_prefill_skips_mamba_spec_state
 # PoolPlan fields, kept for the fixtures and for people reading a plan.
 state_pool_bytes
 kv_pool_bytes
+# Fields of the simulator probe's summary and of the bench client's server description, kept for
+# people reading them (debuggers, benchmark output).
+total_throughput
+median_ttft_ms
+median_tpot_ms
+median_itl_ms
+median_e2e_latency_ms
+modelled_time

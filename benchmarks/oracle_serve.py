@@ -15,12 +15,14 @@ so a study runs in milliseconds per trial instead of minutes.
     ...                       # run_trials(study, objective, 40)
     serve.costs[3].gpu_s      # modelled GPU seconds trial 3 used
 
-What the oracle gives: steady-state medians (TTFT, TPOT, ITL, E2E), throughputs, the cache hit
-rate, the accept length and the capacity. It gives no tail percentiles, so a summary here has no
-p90/p95/p99 or mean keys: an SLO on them would read as violated (the objective treats a missing
-metric so). Measurement noise: each benchmark stage's throughput, TPOT and TTFT are the oracle's
-values times independent log-normal factors (`NoiseModel`), seeded by (seed, trial number); a
-cumulative stage summary averages the stages run so far, as a longer measurement would.
+What the oracle gives: the summary `tuner bench` would report on the served simulator (the
+oracle is a headless run of the simulator's own scheduler; see tuner/sim/oracle.py), percentiles
+included, and the request records in completion order, so each benchmark stage's cumulative
+summary is the summary of the records completed by then. Measurement noise (a real GPU's
+run-to-run spread; the simulator itself is deterministic): each stage's throughput, TPOT/ITL and
+TTFT figures are scaled by independent log-normal factors (`NoiseModel`), seeded by (seed, trial
+number); a cumulative stage summary uses the mean factor of the stages run so far, as a longer
+measurement averages its noise.
 
 GPU time model (modelled seconds the GPU is held; `GpuTimeModel`, stated assumptions):
 
@@ -50,6 +52,8 @@ from typing import Any
 
 import numpy as np
 
+from tuner.bench.client import RequestRecord
+from tuner.bench.metrics import summarize
 from tuner.bench.workload import WorkloadSpec
 from tuner.engines import sglang as engine
 from tuner.launcher import LaunchError
@@ -57,28 +61,8 @@ from tuner.search.options import StudyOptions
 from tuner.search.serve import ReadyHook, Served, StageHook
 from tuner.search.space import SearchSpace
 from tuner.search.target import launch_target
-from tuner.sim.oracle import OracleResult, OracleWorkload, build, predict
+from tuner.sim.oracle import OracleResult, build, predict
 from tuner.sim.profiles import load_model
-
-# The metrics an oracle-backed summary carries (sglang's benchmark names).
-ORACLE_METRICS = (
-    "completed",
-    "failed",
-    "duration",
-    "total_input_tokens",
-    "total_output_tokens",
-    "request_throughput",
-    "input_throughput",
-    "output_throughput",
-    "total_throughput",
-    "concurrency",
-    "cache_hit_rate",
-    "accept_length",
-    "median_ttft_ms",
-    "median_tpot_ms",
-    "median_itl_ms",
-    "median_e2e_latency_ms",
-)
 
 
 @dataclass(frozen=True)
@@ -141,40 +125,6 @@ class TrialCost:
         return self.launch_s + self.bench_s
 
 
-def oracle_workload(space: SearchSpace) -> OracleWorkload:
-    """The space's workload and bench settings in the oracle's terms."""
-    spec = WorkloadSpec.from_dict(space.workload)
-    bench = space.bench
-    common: dict[str, Any] = {
-        "concurrency": bench.concurrency,
-        "request_rate": bench.request_rate,
-        "num_requests": spec.num_requests,
-    }
-    if spec.kind == "multi-turn":
-        return OracleWorkload(
-            kind="multi-turn",
-            turns=spec.turns,
-            shared_prefix_len=spec.system_prompt_len,
-            input_len=spec.user_len,
-            output_len=spec.answer_len,
-            **common,
-        )
-    if spec.kind == "shared-prefix":
-        return OracleWorkload(
-            kind="shared-prefix",
-            shared_prefix_len=spec.system_prompt_len,
-            num_groups=spec.groups,
-            input_len=spec.question_len,
-            output_len=spec.output_len or 256,
-            **common,
-        )
-    if spec.kind == "random":
-        return OracleWorkload(
-            kind="random", input_len=spec.input_len, output_len=spec.output_len or 256, **common
-        )
-    raise ValueError(f"the oracle has no model of a {spec.kind!r} workload")
-
-
 def sim_extra_args(space: SearchSpace) -> list[str]:
     """The --sim-* options `tuner optimize --engine sim` would pass the simulator."""
     return list(launch_target(space, StudyOptions(engine="sim")).extra_args)
@@ -185,7 +135,7 @@ class OracleCache:
 
     def __init__(self, space: SearchSpace) -> None:
         self.space = space
-        self.workload = oracle_workload(space)
+        self.workload = WorkloadSpec.from_dict(space.workload)
         self.extra = sim_extra_args(space)
         self._results: dict[tuple[str, ...], OracleResult] = {}
 
@@ -193,7 +143,16 @@ class OracleCache:
         key = tuple(server_args)
         result = self._results.get(key)
         if result is None:
-            result = predict([*server_args, *self.extra], self.workload)
+            bench = self.space.bench
+            result = predict(
+                [*server_args, *self.extra],
+                self.workload,
+                concurrency=bench.concurrency,
+                request_rate=bench.request_rate,
+                arrival=bench.arrival,
+                warmup_requests=bench.warmup_requests,
+                keep_records=True,
+            )
             self._results[key] = result
         return result
 
@@ -226,41 +185,34 @@ def stage_boundaries(total: int, stages: int) -> list[int]:
     return [math.ceil((i + 1) * total / stages) for i in range(stages)]
 
 
-def summary_from_oracle(
-    r: OracleResult,
-    completed: int,
-    factors: list[tuple[float, float, float]],
-    durations: list[float],
+THROUGHPUTS = ("throughput", "goodput")
+PER_TOKEN = ("tpot", "itl")
+
+
+def noisy(summary: dict[str, float | int], factor: tuple[float, float, float]) -> dict[str, Any]:
+    """`summary` with its throughput, per-token and TTFT figures scaled by `factor`."""
+    out: dict[str, Any] = dict(summary)
+    f_thr, f_tok, f_ttft = factor
+    for key, value in summary.items():
+        if not isinstance(value, int | float) or key in ("completed", "failed"):
+            continue
+        if any(key.endswith(t) for t in THROUGHPUTS):
+            out[key] = value * f_thr
+        elif any(f"_{t}_" in key for t in PER_TOKEN):
+            out[key] = value * f_tok
+        elif "_ttft_" in key:
+            out[key] = value * f_ttft
+    if f_thr > 0 and summary.get("duration"):
+        out["duration"] = float(summary["duration"]) / f_thr
+    return out
+
+
+def stage_summary(
+    records: list[RequestRecord], completed: int, slos: dict[str, float] | None
 ) -> dict[str, float | int]:
-    """A cumulative benchmark summary after the stages whose noise `factors` and modelled
-    `durations` are given (throughput, TPOT, TTFT factors per stage)."""
-    duration = float(sum(durations))
-    request_throughput = completed / duration if duration > 0 else 0.0
-    scale = request_throughput / r.request_throughput if r.request_throughput > 0 else 0.0
-    tpot = r.median_tpot_ms * float(np.mean([f[1] for f in factors]))
-    ttft = r.median_ttft_ms * float(np.mean([f[2] for f in factors]))
-    output_len = r.output_throughput / r.request_throughput if r.request_throughput else 0.0
-    input_len = (r.total_throughput - r.output_throughput) / max(r.request_throughput, 1e-12)
-    return {
-        "completed": completed,
-        "failed": 0,
-        "duration": duration,
-        "total_input_tokens": round(input_len * completed),
-        "total_output_tokens": round(output_len * completed),
-        "request_throughput": request_throughput,
-        "input_throughput": (r.total_throughput - r.output_throughput) * scale,
-        "output_throughput": r.output_throughput * scale,
-        "total_throughput": r.total_throughput * scale,
-        "concurrency": r.running,
-        "cache_hit_rate": r.cache_hit_rate,
-        "accept_length": r.accept_length or 0.0,
-        "median_ttft_ms": ttft,
-        "median_tpot_ms": tpot,
-        "median_itl_ms": r.median_itl_ms * tpot / r.median_tpot_ms if r.median_tpot_ms else 0.0,
-        "median_e2e_latency_ms": ttft
-        + (r.median_e2e_latency_ms - r.median_ttft_ms)
-        * (tpot / r.median_tpot_ms if r.median_tpot_ms else 1.0),
-    }
+    """The runner's cumulative summary once `completed` requests have finished."""
+    done = records[:completed]
+    return summarize(done, max((r.end_s for r in done), default=0.0), slos)
 
 
 @dataclass
@@ -308,26 +260,23 @@ class OracleServe:
             },
             None,
         )
-        warmup_s = r.median_e2e_latency_ms / 1000 if self.space.bench.warmup_requests else 0.0
+        warmup_s = r.warmup_s
         rng = np.random.default_rng([self.seed, number])
-        total = self.oracle.workload.num_requests or 1
+        total = len(r.records) or 1
         boundaries = stage_boundaries(total, int(self.space.bench.stages))
         factors: list[tuple[float, float, float]] = []
-        durations: list[float] = []
         summary: dict[str, float | int] = {}
         stopped: int | None = None
-        done = 0
         for stage, completed in enumerate(boundaries):
-            f = (
-                float(np.exp(rng.normal(0.0, self.noise.throughput))),
-                float(np.exp(rng.normal(0.0, self.noise.tpot))),
-                float(np.exp(rng.normal(0.0, self.noise.ttft))),
+            factors.append(
+                (
+                    float(np.exp(rng.normal(0.0, self.noise.throughput))),
+                    float(np.exp(rng.normal(0.0, self.noise.tpot))),
+                    float(np.exp(rng.normal(0.0, self.noise.ttft))),
+                )
             )
-            factors.append(f)
-            rate = r.request_throughput * f[0]
-            durations.append((completed - done) / rate if rate > 0 else math.inf)
-            done = completed
-            summary = summary_from_oracle(r, completed, factors, durations)
+            mean = tuple(float(np.mean([f[i] for f in factors])) for i in range(3))
+            summary = noisy(stage_summary(r.records, completed, None), mean)  # type: ignore[arg-type]
             cost.stages_run = stage + 1
             if not on_stage(stage, dict(summary)):
                 stopped = stage
@@ -353,7 +302,4 @@ class OracleServe:
         r = self.oracle(server_args)
         if not r.launch_ok:
             return None
-        total = self.oracle.workload.num_requests or 1
-        rate = r.request_throughput
-        duration = total / rate if rate > 0 else math.inf
-        return summary_from_oracle(r, total, [(1.0, 1.0, 1.0)], [duration])
+        return dict(r.summary)

@@ -77,7 +77,7 @@ def main() -> None:
                 "server_cpu_s": round(cpu, 3),
                 "server_cpu_s_per_token": cpu / max(tokens, 1),
                 "server_cpu_share_of_one_core": round(cpu / wall, 3),
-                "sim_stall_s": round(info["sim_stall_s"], 3),
+                "sim_behind_s": round(info["sim_behind_s"], 3),
                 "modelled_output_throughput": round(summary.output_throughput, 1),
             },
             indent=2,

@@ -37,15 +37,9 @@ counts when the tuner recorded it as complete and SLO-feasible (from its noisy m
 its report would), and it counts with its noise-free throughput and latency, so a lucky
 measurement flatters no method.
 
-The space is a variant the oracle can judge, and the output says so (`oracle_variant`):
-- the oracle gives medians, not tail percentiles: an SLO on a percentile or a mean moves to the
-  median of the same quantity with the same limit (the seed's `p99_ttft_ms <= 3000` becomes
-  `median_ttft_ms <= 3000`);
-- the oracle models a multi-turn load as one conversation per client; tuner.bench keeps every
-  conversation in flight, so the seed's 32 conversations at 16 clients reuse far less of the
-  prefix cache when served than the oracle predicts (measured: hit rate 0.68 vs 0.92, output
-  tok/s 0.65-0.8 of the oracle's); the variant has one conversation per client
-  (--keep-workload runs the workload as the space gives it).
+The space is judged exactly as shipped: the oracle is a headless run of the simulator's own
+scheduler driven like `tuner bench` (tuner/sim/oracle.py), so it gives the same summary a served
+benchmark gives, tail percentiles and multi-turn closed loops included.
 
 Served check: a few configurations (sglang's defaults, the oracle's best, two front points, the
 best just inside and just outside the SLO limit, a crashing one) are also launched as real
@@ -78,6 +72,7 @@ from optuna.trial import FixedTrial, TrialState
 from tuner.engines import sglang as engine
 from tuner.launcher import LaunchError
 from tuner.results import record
+from tuner.search.baseline import default_trial_params
 from tuner.search.budget import is_free
 from tuner.search.estimate import Calibration
 from tuner.search.feasibility import CrashModel
@@ -91,7 +86,6 @@ from tuner.search.space import ParamSpec, SearchSpace, suggest_flags
 from tuner.search.space_load import default_space_path, load_space
 from tuner.search.study import (
     _ensure_study_attrs,
-    default_trial_params,
     queue_baseline_and_retries,
     quiet_optuna,
     run_trials,
@@ -99,7 +93,7 @@ from tuner.search.study import (
 from tuner.search.target import launch_target, memory_inputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle_serve import ORACLE_METRICS, NoiseModel, OracleCache, OracleServe
+from oracle_serve import NoiseModel, OracleCache, OracleServe
 
 ROOT = Path(__file__).resolve().parents[1]
 REACH = 0.95  # "trials to reach 95% of the oracle's best"
@@ -167,61 +161,12 @@ class Options:
     dense_points: int = 6
     refine: bool = True
     served: int = 7  # configurations served for real (0: skip)
-    served_time_scale: float = 20.0
-    keep_workload: bool = False  # run a multi-turn workload as the space gives it
+    served_time_scale: float = 50.0
     out: Path = ROOT / "benchmarks" / "results"
     plot: bool = True
 
 
 # --------------------------------------------------------------------------- the space
-
-
-def oracle_variant(
-    space: SearchSpace, keep_workload: bool = False
-) -> tuple[SearchSpace, list[str]]:
-    """The space as the oracle can judge it, and a note for each change.
-
-    - An SLO on a percentile or a mean moves to the median of the same quantity, same limit.
-    - A multi-turn workload gets one conversation per client: the oracle models each client
-      carrying one chat, while tuner.bench keeps every conversation of the workload in flight,
-      so with more conversations than clients the served prefix reuse falls below the oracle's
-      (the seed's 32 conversations at 16 clients: hit rate 0.68 served vs 0.92 predicted).
-    """
-    data = space.to_dict()
-    notes: list[str] = []
-    slos = []
-    for slo in space.slos:
-        metric = slo.metric
-        if metric not in ORACLE_METRICS:
-            quantity = metric.split("_", 1)[1] if "_" in metric else metric
-            median = f"median_{quantity}"
-            if median not in ORACLE_METRICS:
-                raise SystemExit(f"the oracle gives no figure for the SLO metric {metric!r}")
-            notes.append(
-                f"SLO `{slo}` becomes `{median} {slo.op} {slo.limit:g}`: the oracle gives "
-                "medians, not tail percentiles"
-            )
-            metric = median
-        slos.append(f"{metric} {slo.op} {slo.limit:g}")
-    data["slos"] = slos
-    workload = dict(space.workload)
-    clients = space.bench.concurrency
-    if (
-        not keep_workload
-        and workload.get("kind") == "multi-turn"
-        and clients
-        and workload.get("conversations", 16) != clients
-    ):
-        notes.append(
-            f"workload: {workload.get('conversations', 16)} conversations become {clients}, one "
-            "per client, as the oracle models a multi-turn load (--keep-workload to run it as is)"
-        )
-        workload["conversations"] = clients
-        data["workload"] = workload
-    if not notes:
-        return space, notes
-    data["name"] = f"{space.name}-oracle"
-    return SearchSpace.from_dict(data, source=f"{space.name} (oracle variant)"), notes
 
 
 def numeric_values(param: ParamSpec, limit: int | None) -> list[Any]:
@@ -523,7 +468,7 @@ def run_study(
     _ensure_study_attrs(study, space, options)
     if method.baseline:
         queue_baseline_and_retries(
-            study, default_trial_params(space, options, model_memory, gpu_gb)
+            study, lambda: default_trial_params(space, options, model_memory, gpu_gb)
         )
     guide = make_guide(space, options, *memory_inputs(space, options))
     if guide is not None and guide.estimator is not None and method.wrong_estimate:
@@ -772,12 +717,12 @@ def markdown(
             else ""
         )
         + (f" --seeds {seeds}" if seeds != 5 else "")
+        + (f" --dense-points {opts.dense_points}" if opts.dense_points != 6 else "")
+        + ("" if opts.refine else " --no-refine")
+        + (f" --served {opts.served}" if opts.served != 7 else "")
         + "`.",
         "",
     ]
-    if notes:
-        lines += ["**This benchmark runs a variant of the space the oracle can judge:**", ""]
-        lines += [f"- {n}." for n in notes]
     lines += [
         "",
         f"Oracle: best SLO-feasible {space.objectives.throughput} "
@@ -949,11 +894,10 @@ def served_markdown(checks: list[ServedCheck], time_scale: float) -> list[str]:
         ) + "."]  # fmt: skip
     lines += [
         "",
-        "Throughput, TPOT, cache hits and capacity transfer; TTFT does not: the oracle's "
-        "closed-loop TTFT with several clients is a lower bound (tests/test_sim_oracle.py "
-        "compares TTFT only where arrivals are independent), so a served median TTFT can be "
-        "several times the oracle's and a configuration near the SLO limit can flip. The served "
-        "p99 TTFT shows what the seed's own SLO (`p99_ttft_ms <= 3000`) would say of each.",
+        "The oracle is a headless run of the server's own scheduler driven like the "
+        "benchmark (tuner/sim/oracle.py), and the served simulator measures in modelled time, so "
+        "the two agree up to the order of requests due at the same modelled moment; the served "
+        "p99 TTFT is what the seed's own SLO (`p99_ttft_ms <= 3000`) is judged on.",
     ]
     return lines
 
@@ -1095,9 +1039,7 @@ def run(opts: Options) -> dict[str, Any]:
     started = time.perf_counter()
     quiet_optuna()
     seed_space = load_space(opts.space_path or default_space_path())
-    space, notes = oracle_variant(seed_space, opts.keep_workload)
-    for note in notes:
-        print(f"note: {note}", flush=True)
+    space, notes = seed_space, []
     oracle = Oracle(space, OracleCache(space))
     noise = NoiseModel(0.02 * opts.noise, 0.02 * opts.noise, 0.05 * opts.noise)
     print("oracle optimum: dense grid + refinement ...", flush=True)
@@ -1169,14 +1111,9 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--dense-points", type=int, default=6, help="values per numeric range")
     p.add_argument("--no-refine", action="store_true", help="dense grid only, no refinement")
     p.add_argument("--served", type=int, default=7, help="configurations served for real")
-    p.add_argument("--served-time-scale", type=float, default=20.0)
+    p.add_argument("--served-time-scale", type=float, default=50.0)
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--no-plot", action="store_true")
-    p.add_argument(
-        "--keep-workload",
-        action="store_true",
-        help="keep the space's multi-turn conversation count (the oracle models one per client)",
-    )
     p.add_argument("--fast", action="store_true", help="tiny budgets, 1 seed, no served check")
     a = p.parse_args(argv)
     opts = Options(
@@ -1191,7 +1128,6 @@ def parse_args(argv: list[str] | None = None) -> Options:
         served_time_scale=a.served_time_scale,
         out=a.out,
         plot=not a.no_plot,
-        keep_workload=a.keep_workload,
     )
     unknown = set(opts.methods) - {m.name for m in METHODS}
     if unknown:

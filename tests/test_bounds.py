@@ -104,3 +104,21 @@ def test_the_live_display_shows_skips_and_repeats_apart_from_the_trial_count():
     assert display.finished == 1
     assert display.counts["skipped"] == 1 and display.counts["repeated"] == 1
     assert "skipped 1  repeated 1" in display.render().renderables[0].plain
+
+
+def test_a_space_smaller_than_the_budget_ends_the_study_normally():
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        x = trial.suggest_categorical("x", [1, 2])
+        same = [
+            t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.params == {"x": x}
+        ]  # fmt: skip
+        if same:  # as TrialObjective does: the result is copied, nothing launched
+            trial.set_user_attr(record.DUPLICATE_OF, same[0].number)
+        return float(x), 1.0
+
+    run_trials(study, objective, total=10)  # returns: only 2 configurations exist
+    assert sum(counts(t) for t in study.trials) == 2

@@ -18,7 +18,7 @@ from sim_spaces import small_space
 from tuner.results import record
 from tuner.results.record import INTERRUPTED, RETRY_OF
 from tuner.results.storage import open_storage
-from tuner.search.budget import RetryCap, SpaceMostlyInfeasible
+from tuner.search.budget import RetryCap, SpaceMostlyInfeasible, counts
 from tuner.search.options import StudyOptions
 from tuner.search.pruning import StagePrunerConfig
 from tuner.search.study import run_study
@@ -43,11 +43,16 @@ def test_small_study_records_every_trial_and_runs_the_default_first(tmp_path):
     summary = run_study(_options(tmp_path, space, trials=6))
     trials = _trials(tmp_path, "small")
     finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-    assert len(finished) == 6
+    assert sum(counts(t) for t in finished) == 6  # launched; skips and repeats on top
     assert not [t for t in trials if t.state == TrialState.FAIL]
     default = trials[0]
     assert default.user_attrs[record.IS_DEFAULT] is True
-    assert default.params == {}
+    # The sampler sees sglang's defaults as the space's params; no flag is passed.
+    assert default.params["speculative_algorithm"] is None
+    assert default.user_attrs[record.FLAGS] == {
+        "model_path": "Qwen/Qwen3.6-27B",
+        "enable_metrics": True,
+    }
     assert default.user_attrs[record.SERVER_ARGS] == [
         "--model-path",
         "Qwen/Qwen3.6-27B",

@@ -113,7 +113,7 @@ def optimize(
         10,
         "--heartbeat",
         min=1,
-        help="Database storages: seconds between heartbeats; a trial silent for 3 is retried.",
+        help="Seconds between a running trial's heartbeats; a trial silent for 3 is retried.",
     ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the cost and the first configurations; launch nothing."
@@ -143,8 +143,9 @@ def optimize(
         tp_size=tp_size,
         heartbeat_s=heartbeat,
     )
-    if run_optimize(options, space, workers=workers, report=report, dry_run=dry_run):
-        raise typer.Exit(130)
+    code = run_optimize(options, space, workers=workers, report=report, dry_run=dry_run)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()

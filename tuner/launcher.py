@@ -160,7 +160,7 @@ def start(
         stdin=subprocess.DEVNULL,
         env=env,
         start_new_session=True,  # own process group: we can kill the whole tree
-        preexec_fn=_die_with_parent,
+        preexec_fn=die_with_parent,
     )
     log.close()
 
@@ -197,7 +197,7 @@ def start(
         raise
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: get SIGTERM if the tuner dies, even by SIGKILL.
 
     The server runs in its own session so that we can kill its whole group; that also detaches

@@ -79,6 +79,15 @@ class OptimizeDisplay:
                 f"stage {data['stage'] + 1}/{data['n_stages']}: "
                 f"{data['throughput']:.1f} tok/s, {data['latency']:.1f} ms",
             )
+        elif kind in ("waiting", "gave_up"):
+            self._log(data["message"])
+        elif kind == "recovered":
+            retry = data.get("retry")
+            self._log(
+                f"trial {data['number']} (worker {data['worker']}) was abandoned: "
+                f"{data['reason']}; "
+                + (f"queued again as trial {retry}" if retry is not None else "retried enough")
+            )
         elif kind == "worker_died":
             self._log(
                 f"worker {data['worker']} died (exit {data['exitcode']}); "

@@ -9,11 +9,12 @@ Example:
 """
 
 from tuner.bench.client import RequestRecord
-from tuner.bench.runner import BenchConfig, BenchResult, run_bench, run_bench_async
+from tuner.bench.runner import BenchConfig, BenchLagError, BenchResult, run_bench, run_bench_async
 from tuner.bench.workload import WorkloadSpec
 
 __all__ = [
     "BenchConfig",
+    "BenchLagError",
     "BenchResult",
     "RequestRecord",
     "WorkloadSpec",

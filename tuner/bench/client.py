@@ -1,8 +1,10 @@
 """Async streaming HTTP client: one RequestRecord per request, failures recorded, not raised.
 
-Time is read once per network read and converted to the modelled hardware's seconds right there
-(the simulator may run K times faster than real time), so that every later computation works in
-modelled units and never needs to know K.
+Records are in modelled seconds. Against the simulator (its /server_info says
+`sim_modelled_time`) they are built from the modelled stamps on every chunk (modelled.py), so a
+busy host changes how long a run takes, never what it measures. Against a real server, time is
+read once per network read and converted right there (wall x the server's time scale, 1 on a real
+server), so that every later computation works in modelled units and never needs to know K.
 
 Example:
     >>> async def one(url: str) -> RequestRecord:
@@ -18,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import httpx
 
+from tuner.bench.modelled import ModelClock, Stamps
 from tuner.bench.payload import API_PATHS, APIS
 from tuner.bench.transport import LeanTransport
 from tuner.errors import UserError
@@ -58,6 +60,8 @@ class RequestRecord:
     conversation: int | None = None
     turn: int | None = None
     rid: str | None = None
+    # simulator only: modelled seconds the request reached the server after it was due
+    late_s: float = 0.0
 
     @property
     def success(self) -> bool:
@@ -71,30 +75,12 @@ class RequestRecord:
         return asdict(self)
 
 
-class ModelClock:
-    """Modelled seconds since `restart()`: wall time multiplied by the server's time scale."""
-
-    __slots__ = ("_origin", "scale")
-
-    def __init__(self, scale: float = 1.0) -> None:
-        self.scale = scale
-        self._origin = time.perf_counter()
-
-    def restart(self) -> None:
-        self._origin = time.perf_counter()
-
-    def now(self) -> float:
-        return (time.perf_counter() - self._origin) * self.scale
-
-    def to_wall(self, modelled_s: float) -> float:
-        return modelled_s / self.scale
-
-
 @dataclass(frozen=True)
 class ServerInfo:
     time_scale: float
     model: str | None
     raw: dict[str, Any]
+    modelled_time: bool = False  # the server stamps chunks with modelled time (the simulator)
 
 
 class BenchClient:
@@ -113,6 +99,7 @@ class BenchClient:
         api_key: str | None = None,
         request_timeout_s: float | None = None,
         clock: ModelClock | None = None,
+        use_server_time: bool = True,
     ) -> None:
         if api not in APIS:
             raise UserError(f"api {api!r} is not known; allowed: {', '.join(APIS)}")
@@ -122,6 +109,11 @@ class BenchClient:
         self.api = api
         self.path = API_PATHS[api]
         self.clock = clock or ModelClock()
+        self.use_server_time = use_server_time
+        # Set by probe(): read the server's modelled timestamps instead of the wall clock.
+        self.modelled = False
+        # Modelled time (server clock) that records are measured from, in modelled mode.
+        self.origin = 0.0
         self.request_timeout_s = request_timeout_s  # modelled seconds
         key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -182,8 +174,26 @@ class BenchClient:
         if not isinstance(scale, int | float) or scale <= 0:
             scale = 1.0
         self.clock.scale = float(scale)
+        self.modelled = bool(
+            self.use_server_time and isinstance(info, dict) and info.get("sim_modelled_time")
+        )
         model = info.get("served_model_name") or info.get("model_path")
-        return ServerInfo(float(scale), model if isinstance(model, str) else None, info)
+        return ServerInfo(
+            float(scale), model if isinstance(model, str) else None, info, self.modelled
+        )
+
+    async def sim_call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST to a simulator-only route (/sim/hold, /sim/release); raises UserError."""
+        try:
+            response = await self._http.post(path, json=body, timeout=_CONNECT_TIMEOUT_S)
+        except httpx.HTTPError as exc:
+            raise UserError(f"the simulator at {self.url}: {path}: {_describe(exc)}") from None
+        if response.status_code != 200:
+            raise UserError(
+                f"the simulator at {self.url}: {path} answered HTTP {response.status_code}"
+            )
+        result = response.json()
+        return result if isinstance(result, dict) else {}
 
     async def send(
         self,
@@ -208,21 +218,25 @@ class BenchClient:
             turn=turn,
         )
         output: list[int] | str | None = None
+        stamps = Stamps() if self.modelled else None
         timeout = None if self.request_timeout_s is None else clock.to_wall(self.request_timeout_s)
         try:
             async with asyncio.timeout(timeout):
-                output = await self._stream(content, record, capture_output)
+                output = await self._stream(content, record, capture_output, stamps)
         except TimeoutError:
             record.error = f"timeout after {self.request_timeout_s:g} s"
         except httpx.HTTPError as exc:
             record.error = _describe(exc)
         except ValueError as exc:  # a chunk that is not JSON
             record.error = f"bad chunk from server: {exc}"
-        record.end_s = clock.now()
+        if stamps is None:
+            record.end_s = clock.now()
+        else:
+            stamps.finish(record, self.origin)
         return record, output
 
     async def _stream(
-        self, content: bytes, record: RequestRecord, capture_output: bool
+        self, content: bytes, record: RequestRecord, capture_output: bool, stamps: Stamps | None
     ) -> list[int] | str | None:
         clock = self.clock
         start = record.start_s
@@ -265,6 +279,10 @@ class BenchClient:
                         continue
                     event = loads(payload)
                     new = 0
+                    if stamps is not None:
+                        stamped = stamps.read(event, generate)
+                        if stamped is not None:
+                            now = stamped
                     if generate:
                         meta = event.get("meta_info")
                         if meta is None:

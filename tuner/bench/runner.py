@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,14 @@ import numpy as np
 
 from tuner.bench.client import BenchClient, ModelClock, RequestRecord
 from tuner.bench.metrics import check_slos, summarize
+from tuner.bench.modelled import (
+    LATE_TOLERANCE_S,
+    MAX_AHEAD,
+    BenchLagError,
+    ModelledDispatch,
+    lag_reason,
+    with_sim,
+)
 from tuner.bench.payload import APIS, History, build_body, flatten, prompt_length
 from tuner.bench.workload import Conversation, WorkloadSpec
 from tuner.errors import UserError
@@ -55,6 +64,8 @@ class BenchConfig:
     request_timeout_s: a request running longer is recorded as a timeout (None: no limit).
     model: the `model` field of OpenAI requests (None: what /server_info says).
     slos: limits for goodput, e.g. {"ttft_ms": 2000, "tpot_ms": 50, "e2e_latency_ms": 30000}.
+    use_server_time: against the simulator, measure with its modelled timestamps (False: the
+      client's wall clock x the time scale, as against a real server).
     """
 
     url: str
@@ -70,6 +81,7 @@ class BenchConfig:
     ignore_eos: bool = True
     model: str | None = None
     slos: Mapping[str, float] | None = None
+    use_server_time: bool = True
 
     def __post_init__(self) -> None:
         def check(ok: bool, message: str) -> None:
@@ -156,6 +168,7 @@ async def run_bench_async(
         api_key=cfg.api_key,
         request_timeout_s=cfg.request_timeout_s,
         clock=clock,
+        use_server_time=cfg.use_server_time,
     ) as client:
         info = await client.probe()
         model = cfg.model or info.model
@@ -167,7 +180,7 @@ async def run_bench_async(
     return run.result(info.time_scale, warmup_records, info.raw)
 
 
-class _Run:
+class _Run(ModelledDispatch):
     """The state of one measured (or warm-up) pass over a list of conversations."""
 
     def __init__(
@@ -187,6 +200,7 @@ class _Run:
         self.client = client
         self.model = model
         self.conversations = conversations
+        n_conv = len(conversations)
         self.on_stage = on_stage
         self.on_progress = on_progress
         self.total = sum(len(c.turns) for c in conversations)
@@ -198,12 +212,22 @@ class _Run:
         self.histories: list[History] = [
             [("system", c.system)] if c.system else [] for c in conversations
         ]
-        self.ready: deque[tuple[int, int]] = deque((i, 0) for i in range(len(conversations)))
+        # (conversation, turn, modelled time it became ready to send)
+        self.ready: deque[tuple[int, int, float]] = deque((i, 0, 0.0) for i in range(n_conv))
         self.ready_event = asyncio.Event()
         self.finished = asyncio.Event()
         self.slots = asyncio.Semaphore(cfg.concurrency) if cfg.concurrency else None
         self.in_flight: set[asyncio.Task[None]] = set()
         self.failure: BaseException | None = None
+        # Against the simulator requests go out by finishes (modelled.ModelledDispatch).
+        self.modelled = client.modelled
+        self.run_id = uuid.uuid4().hex[:12]
+        self.late: list[RequestRecord] = []
+        self.free = cfg.concurrency or MAX_AHEAD
+        self.next_index = 0
+        self.due: list[float] = []
+        self.t0 = 0.0
+        self.measured = paced
 
     async def warm_up(self) -> list[RequestRecord]:
         if not self.conversations:
@@ -217,16 +241,22 @@ class _Run:
             raise self.failure
 
     async def _run_all(self) -> None:
-        dispatcher = asyncio.create_task(self._dispatch())
+        if self.modelled:
+            await self._start_modelled()
+            dispatcher: asyncio.Task[None] | None = None
+        else:
+            dispatcher = asyncio.create_task(self._dispatch())
         try:
             await self.finished.wait()
         finally:
             # Reached on completion, on a stop from the callback, and when our caller is
             # cancelled: in-flight requests are cancelled, which closes their connections.
-            dispatcher.cancel()
-            for task in self.in_flight:
+            tasks = [t for t in (dispatcher, *self.in_flight) if t is not None]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(dispatcher, *self.in_flight, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if self.modelled:
+                await self._release_holds()
 
     async def _dispatch(self) -> None:
         try:
@@ -247,8 +277,8 @@ class _Run:
                 while not self.ready:
                     self.ready_event.clear()
                     await self.ready_event.wait()
-                conv, turn = self.ready.popleft()
-                task = asyncio.create_task(self._one(index, conv, turn))
+                conv, turn, *_ = self.ready.popleft()
+                task = asyncio.create_task(self._one(index, conv, turn, None))
                 self.in_flight.add(task)
                 task.add_done_callback(self.in_flight.discard)
         except asyncio.CancelledError:
@@ -257,16 +287,20 @@ class _Run:
             self.failure = exc
             self.finished.set()
 
-    async def _one(self, index: int, conv_index: int, turn_index: int) -> None:
+    async def _one(
+        self, index: int, conv_index: int, turn_index: int, sim: dict[str, Any] | None
+    ) -> None:
         try:
-            await self._send_turn(index, conv_index, turn_index)
+            await self._send_turn(index, conv_index, turn_index, sim)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # a bug must end the run, not hang it
             self.failure = exc
             self.finished.set()
 
-    async def _send_turn(self, index: int, conv_index: int, turn_index: int) -> None:
+    async def _send_turn(
+        self, index: int, conv_index: int, turn_index: int, sim: dict[str, Any] | None
+    ) -> None:
         conversation = self.conversations[conv_index]
         turn = conversation.turns[turn_index]
         history = [*self.histories[conv_index], ("user", turn.user)]
@@ -281,14 +315,14 @@ class _Run:
             )
             record, output = await self.client.send(
                 index,
-                body,
+                with_sim(body, sim) if sim is not None else body,
                 expected_output_tokens=turn.output_len,
                 conversation=conv_index if len(conversation.turns) > 1 else None,
                 turn=turn_index if len(conversation.turns) > 1 else None,
                 capture_output=has_next,
             )
         finally:
-            if self.slots is not None:
+            if not self.modelled and self.slots is not None:
                 self.slots.release()
         if record.prompt_tokens == 0 and record.success:
             record.prompt_tokens = prompt_length(flatten(history))
@@ -301,15 +335,23 @@ class _Run:
             # its chat to the end before opening another, as users do (and as the simulator's
             # oracle models it); otherwise every conversation would be in flight at once and
             # their prefixes would evict each other.
-            self.ready.appendleft((conv_index, turn_index + 1))
+            ended = self.t0 + record.end_s if record.end_s else 0.0
+            self.ready.appendleft((conv_index, turn_index + 1, ended))
             self.ready_event.set()
         self._finish(record)
+        if self.modelled:
+            self._after_finish(record, sim)
 
     def _finish(self, record: RequestRecord) -> None:
         if self.finished.is_set():
             return
         self.records.append(record)
         done = len(self.records)
+        if self.measured and record.late_s > LATE_TOLERANCE_S:
+            self.late.append(record)
+            self.failure = BenchLagError(lag_reason(self.late))
+            self.finished.set()
+            return
         if self.on_progress is not None:
             self.on_progress(done, self.total)
         stage = len(self.stage_summaries)

@@ -40,6 +40,12 @@ Trial user attrs:
     INTERRUPTED   True when Ctrl-C stopped the trial (state FAIL); the next run retries it
     RETRY_OF      number of the interrupted trial that this queued trial repeats
     SURPLUS       True for a trial a concurrent worker asked for beyond the budget (state FAIL)
+    OWNER         {"host": str, "pid": int, "start": int, "boot": str}: the process running the
+                  trial, with its start time (clock ticks after boot, /proc/<pid>/stat) and the
+                  kernel's boot id, so that a reused pid is not taken for the owner
+    HEARTBEAT     Unix time the owner last said it is alive (storages without Optuna's heartbeat)
+    ABANDONED     why a RUNNING trial was found abandoned (its process gone, or no heartbeat):
+                  it was failed and its configuration queued again (state FAIL)
 """
 
 from __future__ import annotations
@@ -78,6 +84,9 @@ ERROR = "error"  # the exception of a trial that ended FAIL because the tuner it
 INTERRUPTED = "interrupted"  # a trial stopped by Ctrl-C (FAIL); the next run queues it again
 RETRY_OF = "retry_of"  # number of the interrupted trial this queued trial repeats
 SURPLUS = "surplus"  # a trial asked for beyond the budget by a concurrent worker (FAIL)
+OWNER = "owner"  # {"host", "pid", "start", "boot"} of the process running the trial
+HEARTBEAT = "heartbeat"  # Unix time of the owner's last sign of life
+ABANDONED = "abandoned"  # why a RUNNING trial was found without a live owner (FAIL, retried)
 
 # How a trial ended, beyond Optuna's state.
 OUTCOME_OK = "ok"  # served the whole benchmark (COMPLETE)

@@ -16,7 +16,9 @@ Example:
 
 from __future__ import annotations
 
+import random
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,6 +142,25 @@ def storage_for_file(path: Path) -> BaseStorage:
     return _rdb(f"sqlite:///{path}", shown=str(path))
 
 
+def storage_file(storage: str | None, study_name: str, studies_dir: Path) -> Path | None:
+    """The file a `--storage` value (None: the default) keeps the study in; None for a server
+    database or an in-memory one."""
+    if storage is None:
+        return _default_file(study_name, studies_dir)
+    if "://" in storage:
+        if not storage.startswith("sqlite:"):
+            return None
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            database = make_url(storage).database
+        except ArgumentError:
+            return None
+        return Path(database) if database and database != ":memory:" else None
+    return Path(storage)
+
+
 def describe_storage(storage: str | None, study_name: str, studies_dir: Path) -> str:
     """Where a study lives, for messages; a URL's password is never shown."""
     if storage is None:
@@ -231,7 +252,7 @@ def _rdb(url: str, *, shown: str, heartbeat_s: int | None = None) -> RDBStorage:
             "heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=3),
         }
     try:
-        return RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
+        return _create_rdb(url, engine_kwargs, heartbeat)
     except ModuleNotFoundError as exc:
         raise UserError(
             f"cannot open storage {shown}: the database driver {exc.name!r} is not installed "
@@ -240,6 +261,23 @@ def _rdb(url: str, *, shown: str, heartbeat_s: int | None = None) -> RDBStorage:
     except Exception as exc:  # SQLAlchemy raises many types for bad URLs and unreachable servers
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"cannot open storage {shown}: {first_line}") from None
+
+
+# Two processes creating the tables at the same moment: the later one fails on what the first one
+# created (SQLite: "table study_directions already exists", PostgreSQL: a duplicate key); the
+# tables are there by then, so opening again succeeds. File storages also hold a lock file for it.
+_CREATION_RACE = ("already exists", "duplicate key", "unique constraint failed")
+
+
+def _create_rdb(url: str, engine_kwargs: dict[str, Any], heartbeat: dict[str, Any]) -> RDBStorage:
+    for attempt in range(5):
+        try:
+            return RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
+        except Exception as exc:
+            if attempt == 4 or not any(m in str(exc).lower() for m in _CREATION_RACE):
+                raise
+            time.sleep(0.1 + random.random() * 0.4 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def _journal(path: Path) -> JournalStorage:
@@ -289,6 +327,7 @@ __all__ = [
     "locate_study",
     "open_existing_storage",
     "open_storage",
+    "storage_file",
     "storage_for_file",
     "study_files",
 ]

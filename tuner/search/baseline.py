@@ -25,8 +25,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tuner.engines.model_config import ModelMemory
 from tuner.engines.sglang import load_snapshot
-from tuner.search.feasibility import MemoryEstimate
+from tuner.search.feasibility import MemoryEstimate, estimate_memory
+from tuner.search.options import StudyOptions
 from tuner.search.space import ParamSpec, SearchSpace, same_value
 
 # What sglang's `auto` resolves to with its other defaults (overlap scheduling on, radix cache on).
@@ -87,3 +89,20 @@ def _on_grid(spec: ParamSpec, number: float) -> int | float:
         return round(number)
     decimals = len(f"{float(spec.step):.10f}".rstrip("0").split(".")[1]) if spec.step else 6
     return round(number, decimals)
+
+
+def default_trial_params(
+    space: SearchSpace,
+    options: StudyOptions,
+    model_memory: ModelMemory | None,
+    gpu_gb: float | None,
+) -> dict[str, Any]:
+    """sglang's defaults as the space's params, with the memory estimate's automatic values."""
+    estimate = None
+    if model_memory is not None and gpu_gb:
+        flags = {
+            **space.fixed_flags,
+            **({"tp_size": options.tp_size} if options.tp_size > 1 else {}),
+        }
+        estimate = estimate_memory(flags, model_memory, gpu_gb, version=space.engine_version)
+    return baseline_params(space, estimate)

@@ -7,7 +7,9 @@ configuration already measured (its result is copied, `duplicate_of`). Neither c
 so neither counts against the budget: the study asks the sampler again. When the sampler keeps
 proposing such configurations the study stops with `SpaceMostlyInfeasible` rather than spin:
 after `max_free_per_trial` free trials in a row, or in total more than that many per measured
-trial and at least `min_free_total` of them.
+trial and at least `min_free_total` of them. When every one of those in a row repeated a
+measured configuration, the space is exhausted instead (`SpaceExhausted`): the study ends
+normally with what it measured.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ NOT_LAUNCHED = (record.OUTCOME_SKIPPED, record.OUTCOME_INVALID)
 
 class SpaceMostlyInfeasible(UserError):
     """The sampler keeps proposing configurations that are rejected before launch."""
+
+
+class SpaceExhausted(Exception):
+    """The sampler keeps proposing configurations already measured: a small discrete space
+    holds fewer configurations than the budget. The study ends normally."""
 
 
 def is_free(trial: FrozenTrial) -> bool:
@@ -59,6 +66,14 @@ class RetryCap:
                 break
             in_a_row += 1
         measured = len(finished) - len(free)
+        recent = finished[len(finished) - in_a_row :]
+        if in_a_row >= self.max_free_in_a_row and all(
+            record.DUPLICATE_OF in t.user_attrs for t in recent
+        ):
+            raise SpaceExhausted(
+                f"the last {in_a_row} proposals repeated measured configurations: the space "
+                f"seems to hold no other; stopping after {measured} launched"
+            )
         if in_a_row >= self.max_free_in_a_row or (
             len(free) >= self.min_free_total
             and len(free) > self.max_free_per_trial * max(measured, 1)

@@ -16,8 +16,8 @@ The model, stated in what it prints:
   client (about 33 tok/s each), stated as such;
 - GPU hours: launches x (launch + benchmark) x GPUs per server, an upper bound since the stage
   pruner stops clearly dominated trials early;
-- the simulator: each trial's benchmark runs `time_scale` times faster than the modelled GPU,
-  plus about 2 s to start a simulator process; its launch takes `--sim-load-time` (0.3 s).
+- the simulator: each trial's benchmark runs at most `time_scale` times faster than the
+  modelled GPU, plus about 2 s to start a simulator process (a lower bound on the wall time).
 """
 
 from __future__ import annotations
@@ -85,8 +85,9 @@ class StudyCost:
         ]
         if self.sim_wall_s is not None:
             out.append(
-                f"  simulator: ~{_duration(self.sim_wall_s)} of wall time at time scale "
-                f"{self.time_scale:g} (~{SIM_START_S:g} s to start each server)"
+                f"  simulator: ~{_duration(self.sim_wall_s)} of wall time or more at time scale "
+                f"{self.time_scale:g} (at most that much faster than the modelled GPU; "
+                f"~{SIM_START_S:g} s to start each server)"
             )
         return out
 

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 import optuna
 from optuna.trial import TrialState
 
+from tuner.bench.modelled import failure_message as bench_failure_message
 from tuner.engines import sglang as engine
 from tuner.launcher import LaunchError
 from tuner.results import record
@@ -198,11 +199,7 @@ class TrialObjective:
             trial.set_user_attr(
                 record.FAILURE_CLASS, "died_during_benchmark" if died else "benchmark_failed"
             )
-            message = (
-                "server died during the benchmark"
-                if died
-                else f"no request completed: {summary.get('error') or 'every request failed'}"
-            )
+            message = "server died during the benchmark" if died else bench_failure_message(summary)
             trial.set_user_attr(record.FAILURE_MSG, message)
             constraints["launch"] = 1.0
             record.set_constraints(trial, constraints)

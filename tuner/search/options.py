@@ -7,6 +7,7 @@ from pathlib import Path
 
 import optuna
 
+from tuner.errors import UserError
 from tuner.results.storage import DEFAULT_STUDIES_DIR
 from tuner.search.pruning import StagePrunerConfig
 
@@ -30,7 +31,8 @@ class StudyOptions:
     ready_timeout_s: float | None = None
     tp_size: int = 1  # GPUs per server (sglang --tp-size)
     pruner: StagePrunerConfig | None = None  # None: the defaults of StagePrunerConfig
-    heartbeat_s: int = 10  # PostgreSQL / MySQL storages: heartbeat of running trials
+    heartbeat_s: int = 10  # seconds between heartbeats of a running trial (any storage)
+    wait_timeout_s: float = 3600.0  # a worker with nothing to start waits this long for others
     warm_start: bool = True  # the estimate picks the first trials (tuner/search/guide.py)
     polish: bool = True  # late neighbours of the best trial (tuner/search/guide.py)
 
@@ -45,3 +47,35 @@ class StudySummary:
     pareto: list[optuna.trial.FrozenTrial]
     default_trial: optuna.trial.FrozenTrial | None
     interrupted: bool = False
+    gave_up: str | None = None  # why the run stopped waiting for other workers' trials
+
+
+def check_options(options: StudyOptions) -> None:
+    """Reject option values before anything is created (a UserError names option, value, fix)."""
+    from tuner.search.sampler import SAMPLERS
+    from tuner.search.target import ENGINES
+
+    if options.sampler not in SAMPLERS:
+        raise UserError(
+            f"--sampler {options.sampler!r} is not a sampler: choose one of {', '.join(SAMPLERS)}"
+        )
+    if options.engine not in ENGINES:
+        raise UserError(
+            f"--engine {options.engine!r} is not an engine: choose sim (the simulator) or sglang"
+        )
+    positive = {
+        "--timeout": options.timeout_s,
+        "--time-scale": options.time_scale,
+        "--gpu-memory-gb": options.gpu_memory_gb,
+        "--heartbeat": options.heartbeat_s,
+        "--trials": options.trials,
+        "--tp-size": options.tp_size,
+    }
+    for option, value in positive.items():
+        if value is not None and not value > 0:
+            raise UserError(f"{option} {value}: give a number above 0")
+    if options.time_scale is not None and options.engine != "sim":
+        raise UserError(
+            f"--time-scale {options.time_scale} applies to the simulator only: drop it, "
+            "or use --engine sim"
+        )

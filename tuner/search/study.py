@@ -6,14 +6,20 @@ Rerunning the same command resumes: the trial budget counts the study's measured
 and PRUNED that launched a configuration; tuner/search/budget.py), so `--trials 40` means "until
 the study holds 40 launched configurations", whichever worker ran them. Proposals rejected before
 launch and repeats of a measured configuration are recorded but do not count. A trial
-interrupted by Ctrl-C ends FAIL (it measured nothing), and its configuration is queued again on
-the next run so nothing sampled is lost.
+interrupted by Ctrl-C (or SIGTERM, SIGHUP) ends FAIL (it measured nothing), and its configuration
+is queued again on the next run so nothing sampled is lost. A trial left RUNNING by a process that
+was killed is found and queued again too (tuner/search/recovery.py), on start and while waiting.
+
+Processes that start together on one study take a lock file beside a file storage
+(tuner/results/study_lock.py) to create the study and to take each trial. No wait is silent: a
+worker with nothing left to start says which trials it waits for, and gives up after
+`wait_timeout_s`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -21,21 +27,34 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.storages._heartbeat import fail_stale_trials, get_heartbeat_thread
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.storages._heartbeat import (
+    fail_stale_trials,
+    get_heartbeat_thread,
+    is_heartbeat_enabled,
+)
 from optuna.trial import TrialState
 
 from tuner.errors import UserError
 from tuner.results import record
 from tuner.results.goals import MAXIMIZE, MINIMIZE
 from tuner.results.pareto import Point, pareto_front
-from tuner.results.storage import describe_storage, open_storage
-from tuner.search.baseline import baseline_params
-from tuner.search.budget import NOT_LAUNCHED, RetryCap, counts, measured_count
-from tuner.search.feasibility import CrashModel, ModelMemory, estimate_memory
+from tuner.results.storage import describe_storage, open_storage, storage_file
+from tuner.results.study_lock import LOCK_SUFFIX, StudyLock, ensure_writable_file
+from tuner.search.baseline import default_trial_params
+from tuner.search.budget import (
+    NOT_LAUNCHED,
+    RetryCap,
+    SpaceExhausted,
+    counts,
+    measured_count,
+)
+from tuner.search.feasibility import CrashModel
 from tuner.search.guide import Guide, make_guide
 from tuner.search.objective import EventHook, ObjectiveConfig, TrialObjective
-from tuner.search.options import StudyOptions, StudySummary
+from tuner.search.options import StudyOptions, StudySummary, check_options
 from tuner.search.pruning import StagePruner
+from tuner.search.recovery import OwnerHeartbeat, owner_tag, recover_abandoned, trial_owner
 from tuner.search.sampler import make_sampler
 from tuner.search.space import SearchSpace
 from tuner.search.space_load import default_space_path, load_space
@@ -82,12 +101,16 @@ def _ensure_study_attrs(study: optuna.Study, space: SearchSpace, options: StudyO
         )
 
 
-def queue_baseline_and_retries(study: optuna.Study, baseline: dict[str, Any] | None = None) -> None:
-    """`baseline`: the default trial's params (tuner/search/baseline.py); it launches no flag."""
+def queue_baseline_and_retries(
+    study: optuna.Study, baseline: Callable[[], dict[str, Any]] | None = None
+) -> None:
+    """`baseline` gives the default trial's params (tuner/search/baseline.py); it launches no
+    flag. Called only when the default trial is not queued yet."""
     trials = study.get_trials(deepcopy=False)
     if not any(t.user_attrs.get(record.IS_DEFAULT) for t in trials):
         # sglang's defaults, no tuned flag: every result is compared with it.
-        study.enqueue_trial(baseline or {}, user_attrs={record.IS_DEFAULT: True})
+        params = baseline() if baseline is not None else {}
+        study.enqueue_trial(params, user_attrs={record.IS_DEFAULT: True})
     retried = {t.user_attrs.get(record.RETRY_OF) for t in trials}
     for t in trials:
         if (
@@ -106,31 +129,58 @@ def finished_count(study: optuna.Study) -> int:
     return measured_count(study.get_trials(deepcopy=False, states=FINISHED))
 
 
-def open_study(options: StudyOptions) -> tuple[optuna.Study, SearchSpace, str]:
+def study_lock(options: StudyOptions, name: str, on_event: EventHook | None = None) -> StudyLock:
+    """The lock beside the study's storage file (none for a server database)."""
+    path = storage_file(options.storage, name, options.studies_dir)
+    if path is not None:
+        ensure_writable_file(path, "storage file", "make it writable or pass another --storage")
+    lock_path = None if path is None else path.with_name(path.name + LOCK_SUFFIX)
+
+    def on_wait(message: str) -> None:
+        if on_event:
+            on_event("waiting", {"message": message})
+
+    return StudyLock(lock_path, on_wait=on_wait)
+
+
+def open_study(
+    options: StudyOptions, on_event: EventHook | None = None
+) -> tuple[optuna.Study, SearchSpace, str]:
+    """Check the options, then create or load the study, recover trials whose process is gone
+    and queue the baseline and interrupted trials, under the study's lock."""
+    check_options(options)
     space_path = options.space_path or default_space_path()
     space = load_space(space_path)
     name = options.study_name or space.name
-    storage = open_storage(
-        options.storage, name, options.studies_dir, create=True, heartbeat_s=options.heartbeat_s
-    )
-    study = optuna.create_study(
-        study_name=name,
-        storage=storage,
-        directions=[MAXIMIZE, MINIMIZE],
-        load_if_exists=True,
-    )
-    seed = options.seed
-    if seed is not None:
-        # A resumed study must not replay the start-up samples it already measured, and
-        # workers given seeds 0, 1, 2 must not collide after that shift.
-        seed = (seed * 1_000_003 + len(study.get_trials(deepcopy=False))) % 2**32
-    study.sampler = make_sampler(options.sampler, space, seed)
-    _ensure_study_attrs(study, space, options)
+    with study_lock(options, name, on_event):
+        storage = open_storage(
+            options.storage, name, options.studies_dir, create=True, heartbeat_s=options.heartbeat_s
+        )
+        study = optuna.create_study(
+            study_name=name,
+            storage=storage,
+            directions=[MAXIMIZE, MINIMIZE],
+            load_if_exists=True,
+        )
+        seed = options.seed
+        if seed is not None:
+            # A resumed study must not replay the start-up samples it already measured, and
+            # workers given seeds 0, 1, 2 must not collide after that shift.
+            seed = (seed * 1_000_003 + len(study.get_trials(deepcopy=False))) % 2**32
+        study.sampler = make_sampler(options.sampler, space, seed)
+        _ensure_study_attrs(study, space, options)
+        recover_abandoned(study, options.heartbeat_s, on_event=on_event)
+
+        def baseline() -> dict[str, Any]:
+            memory = memory_inputs(space, options) if options.feasibility else (None, None)
+            return default_trial_params(space, options, *memory)
+
+        queue_baseline_and_retries(study, baseline)
     return study, space, name
 
 
 def run_study(options: StudyOptions, on_event: EventHook | None = None) -> StudySummary:
-    study, space, name = open_study(options)
+    study, space, name = open_study(options, on_event)
     study_dir = options.studies_dir / name
     study_dir.mkdir(parents=True, exist_ok=True)
     model_memory, gpu_gb = memory_inputs(space, options) if options.feasibility else (None, None)
@@ -147,33 +197,27 @@ def run_study(options: StudyOptions, on_event: EventHook | None = None) -> Study
             extra_flags={"tp_size": options.tp_size} if options.tp_size > 1 else {},
         )
     )
-    queue_baseline_and_retries(study, default_trial_params(space, options, model_memory, gpu_gb))
     if on_event:
         on_event("start", {"study": name, "done": finished_count(study), "total": options.trials})
     interrupted = False
+    gave_up = None
     try:
-        guide = make_guide(space, options, model_memory, gpu_gb)
-        run_trials(study, objective, options.trials, options.timeout_s, guide=guide)
+        gave_up = run_trials(
+            study,
+            objective,
+            options.trials,
+            options.timeout_s,
+            guide=make_guide(space, options, model_memory, gpu_gb),
+            lock=study_lock(options, name, on_event),
+            on_event=on_event,
+            heartbeat_s=options.heartbeat_s,
+            wait_timeout_s=options.wait_timeout_s,
+        )
     except KeyboardInterrupt:
         interrupted = True
-    return summarize(study, study_dir, options, interrupted)
-
-
-def default_trial_params(
-    space: SearchSpace,
-    options: StudyOptions,
-    model_memory: ModelMemory | None,
-    gpu_gb: float | None,
-) -> dict[str, Any]:
-    """sglang's defaults as the space's params, with the memory estimate's automatic values."""
-    estimate = None
-    if model_memory is not None and gpu_gb:
-        flags = {
-            **space.fixed_flags,
-            **({"tp_size": options.tp_size} if options.tp_size > 1 else {}),
-        }
-        estimate = estimate_memory(flags, model_memory, gpu_gb, version=space.engine_version)
-    return baseline_params(space, estimate)
+    summary = summarize(study, study_dir, options, interrupted)
+    summary.gave_up = gave_up
+    return summary
 
 
 def run_trials(
@@ -182,36 +226,87 @@ def run_trials(
     total: int,
     timeout_s: float | None = None,
     poll_s: float = 1.0,
+    *,
     guide: Guide | None = None,
-) -> None:
+    lock: StudyLock | None = None,
+    on_event: EventHook | None = None,
+    heartbeat_s: float = 10.0,
+    wait_timeout_s: float = 3600.0,
+) -> str | None:
     """Run trials until the study holds `total` finished ones, whoever runs them.
 
     An ask/tell loop rather than `study.optimize`, because the budget is global: with several
     workers on one study, a worker must not start a trial that would exceed it, and must keep
-    waiting while others' trials run, in case one dies and its trial is queued again.
+    waiting while others' trials run, in case one dies and its trial is queued again. Returns
+    None, or the message saying why it stopped waiting after `wait_timeout_s` without progress.
     """
+    lock = lock or StudyLock(None)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    waiting: tuple[int, ...] = ()
+    waiting_since = 0.0
     cap = RetryCap()
     while True:
         fail_stale_trials(study)  # RDB storages with heartbeats: requeues dead workers' trials
+        recover_abandoned(study, heartbeat_s, lock, on_event)
         trials = study.get_trials(deepcopy=False)
         states = Counter(t.state for t in trials)
-        finished = measured_count(trials)
-        cap.check(trials)
+        finished = measured_count(trials)  # skips and repeats do not count (budget.py)
+        try:
+            cap.check(trials)
+        except SpaceExhausted as exc:
+            _log.warning("%s", exc)
+            return None
         if finished >= total or (deadline is not None and time.monotonic() > deadline):
-            return
+            return None
         if finished + states[TrialState.RUNNING] >= total and not states[TrialState.WAITING]:
+            running = [t for t in trials if t.state == TrialState.RUNNING]
+            if tuple(t.number for t in running) != waiting:
+                waiting, waiting_since = tuple(t.number for t in running), time.monotonic()
+                if on_event:
+                    on_event("waiting", {"message": _waiting_message(running, wait_timeout_s)})
+            elif time.monotonic() - waiting_since > wait_timeout_s:
+                message = (
+                    f"gave up after {wait_timeout_s:.0f} s waiting for "
+                    f"{_describe(running)} to finish; the study holds {finished}/{total} "
+                    "finished trials: run the same command again to wait again"
+                )
+                if on_event:
+                    on_event("gave_up", {"message": message})
+                return message
             time.sleep(poll_s)
             continue
-        if guide is not None:
-            guide.before_ask(study)  # may queue a trial of its own (tuner/search/guide.py)
-        trial = study.ask()
-        if _over_budget(study, trial.number, total):
-            # Another worker asked at the same moment; the later trial number steps back.
-            trial.set_user_attr(record.SURPLUS, True)
-            study.tell(trial, state=TrialState.FAIL)
-            continue
-        _run_one(study, trial, objective)
+        waiting = ()
+        with lock:  # SQLite: two processes must not take the same queued trial
+            if guide is not None:
+                guide.before_ask(study)  # may queue a trial of its own (tuner/search/guide.py)
+            trial = study.ask()
+            if _over_budget(study, trial.number, total):
+                # Another worker asked at the same moment; the later trial number steps back.
+                trial.set_user_attr(record.SURPLUS, True)
+                study.tell(trial, state=TrialState.FAIL)
+                continue
+            beat = OwnerHeartbeat(
+                study._storage,
+                trial._trial_id,
+                heartbeat_s,
+                beat=not is_heartbeat_enabled(study._storage),
+            )
+        _run_one(study, trial, objective, beat)
+
+
+def _describe(running: list[optuna.trial.FrozenTrial]) -> str:
+    parts = []
+    for t in running:
+        owner = trial_owner(t)
+        parts.append(f"trial {t.number} (worker {owner_tag(owner) if owner else '?'})")
+    return ", ".join(parts)
+
+
+def _waiting_message(running: list[optuna.trial.FrozenTrial], limit_s: float) -> str:
+    return (
+        f"waiting for {_describe(running)} to finish: the budget is taken "
+        f"(gives up after {limit_s:.0f} s)"
+    )
 
 
 def _over_budget(study: optuna.Study, number: int, total: int) -> bool:
@@ -227,29 +322,44 @@ def _run_one(
     study: optuna.Study,
     trial: optuna.Trial,
     objective: Callable[[optuna.Trial], tuple[float, float]],
+    beat: OwnerHeartbeat,
 ) -> None:
-    trial.set_user_attr(record.WORKER, f"{os.uname().nodename}:{os.getpid()}")
+    if trial.user_attrs.get(record.SERVER_PGID):
+        trial.set_user_attr(record.SERVER_PGID, None)  # copied from a retried trial's attrs
     heartbeat = get_heartbeat_thread(trial._trial_id, study._storage)
     heartbeat.start()
     try:
-        values = objective(trial)
+        try:
+            values = objective(trial)
+        finally:
+            heartbeat.join()
+            beat.stop()
     except optuna.TrialPruned:
-        heartbeat.join()
-        study.tell(trial, state=TrialState.PRUNED)
+        _tell(study, trial, state=TrialState.PRUNED)
     except KeyboardInterrupt:
-        heartbeat.join()
         # It measured nothing: FAIL, marked so that the next run queues it again.
-        trial.set_user_attr(record.INTERRUPTED, True)
-        study.tell(trial, state=TrialState.FAIL)
+        with contextlib.suppress(UpdateFinishedTrialError):
+            trial.set_user_attr(record.INTERRUPTED, True)
+        _tell(study, trial, state=TrialState.FAIL)
         raise
     except Exception as exc:
-        heartbeat.join()
+        if isinstance(exc, UpdateFinishedTrialError):  # failed by another process meanwhile
+            _log.warning("trial %d was failed by another process as abandoned", trial.number)
+            return
         trial.set_user_attr(record.ERROR, f"{type(exc).__name__}: {exc}")
-        study.tell(trial, state=TrialState.FAIL)
+        _tell(study, trial, state=TrialState.FAIL)
         _log.exception("trial %d raised; recorded as FAIL", trial.number)
     else:
-        heartbeat.join()
-        study.tell(trial, values=list(values))
+        _tell(study, trial, values=list(values))
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, **kw: Any) -> None:
+    """`study.tell`, unless another process has already failed the trial as abandoned (its
+    heartbeat looked stale): then the trial is left as it is, and queued again already."""
+    try:
+        study.tell(trial, skip_if_finished=True, **kw)
+    except UpdateFinishedTrialError:
+        _log.warning("trial %d was failed by another process as abandoned", trial.number)
 
 
 def summarize(

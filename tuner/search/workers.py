@@ -3,16 +3,16 @@
 Each worker is an ordinary study worker (`run_trials`) on a shared storage: the journal file by
 default, because SQLite with several processes on one study ran duplicate trials in our
 measurements (docs/design.md). This supervisor starts them, relays their progress events, and
-watches them: when a worker dies mid-trial, its trial is failed and queued again (the same
-callback RDB heartbeats use), its server's process group is killed, and a new worker takes its
-place. Across machines no supervisor is needed: run `tuner optimize --storage postgresql://...`
-on each node, and RDB heartbeats do the same recovery.
+watches them: when a worker dies mid-trial, its trial is failed and queued again, its server's
+process group is killed (tuner/search/recovery.py), and a new worker takes its place. SIGTERM or
+SIGHUP to the supervisor is passed on to the workers, which stop as on Ctrl-C. Across machines
+no supervisor is needed: run `tuner optimize --storage postgresql://...` on each node, and RDB
+heartbeats do the same recovery.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import multiprocessing as mp
 import os
 import queue
@@ -22,22 +22,25 @@ from dataclasses import replace
 from typing import Any
 
 import optuna
-from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from tuner.results.record import SERVER_PGID, WORKER
+from tuner.launcher import die_with_parent
+from tuner.results.record import WORKER
+from tuner.results.study_lock import StudyLock
 from tuner.search.objective import EventHook
 from tuner.search.options import StudyOptions, StudySummary
+from tuner.search.recovery import recover_trials
+from tuner.search.signals import stop_like_ctrl_c
 from tuner.search.study import (
-    default_trial_params,
     finished_count,
     open_study,
-    queue_baseline_and_retries,
     quiet_optuna,
     run_study,
+    study_lock,
     summarize,
 )
-from tuner.search.target import memory_inputs
+
+_STOP_S = 30  # what an interrupted worker gets to stop its server and record its trial
 
 
 def gpu_groups(gpus: str | None, tp_size: int, workers: int) -> list[str | None]:
@@ -57,29 +60,26 @@ def _worker_main(options: StudyOptions, index: int, events: Any) -> None:
         with contextlib.suppress(Exception):
             events.put((index, kind, data))
 
+    # The supervisor forwards SIGTERM / SIGHUP; the terminal's Ctrl-C reaches workers directly.
+    stop_like_ctrl_c()
+    die_with_parent()  # a killed supervisor stops its workers as Ctrl-C would
     quiet_optuna()
     with contextlib.suppress(KeyboardInterrupt):
         run_study(options, on_event=relay)
 
 
-def recover_dead_worker(study: optuna.Study, worker_tag: str) -> list[int]:
+def recover_dead_worker(
+    study: optuna.Study, worker_tag: str, exitcode: int | None, lock: StudyLock
+) -> list[int]:
     """Fail the dead worker's running trials, kill their servers, and queue them again."""
-    storage = study._storage
-    retried = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if t.user_attrs.get(WORKER) != worker_tag:
-            continue
-        pgid = t.user_attrs.get(SERVER_PGID)
-        if pgid:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(pgid), signal.SIGKILL)
-        with contextlib.suppress(Exception):
-            if storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
-                RetryHeartbeatStaleTrialCallback(max_retry=3)(
-                    study, copy.deepcopy(storage.get_trial(t._trial_id))
-                )
-                retried.append(t.number)
-    return retried
+    reason = f"its worker process {worker_tag} exited with code {exitcode}"
+    with lock:  # the other workers may be recovering the same trial (SQLite)
+        mine = [
+            (t, reason)
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if t.user_attrs.get(WORKER) == worker_tag
+        ]
+        return [r.number for r in recover_trials(study, mine)]
 
 
 def run_parallel(
@@ -89,11 +89,10 @@ def run_parallel(
     if options.storage is None:
         path = options.studies_dir / f"{options.study_name or _space_name(options)}.journal"
         options = replace(options, storage=str(path))
-    study, space, name = open_study(options)
+    # Creates the study and queues the baseline before the workers start.
+    study, _, name = open_study(options, on_event)
     options = replace(options, study_name=name)
-    # Queue the baseline before the workers start, so that they do not race to queue it.
-    memory = memory_inputs(space, options) if options.feasibility else (None, None)
-    queue_baseline_and_retries(study, default_trial_params(space, options, *memory))
+    lock = study_lock(options, name, on_event)
     ctx = mp.get_context("spawn")
     events = ctx.Queue()
     procs: dict[int, Any] = {}
@@ -135,7 +134,7 @@ def run_parallel(
                 del procs[index]
                 if proc.exitcode != 0:
                     tag = f"{os.uname().nodename}:{proc.pid}"
-                    retried = recover_dead_worker(study, tag)
+                    retried = recover_dead_worker(study, tag, proc.exitcode, lock)
                     if on_event:
                         on_event(
                             "worker_died",
@@ -146,16 +145,30 @@ def run_parallel(
             time.sleep(0.2)
     except KeyboardInterrupt:
         interrupted = True
-        # The terminal sent SIGINT to the workers too; give them time to stop their servers.
-        deadline = time.monotonic() + 30
-        for proc in procs.values():
-            proc.join(max(0.1, deadline - time.monotonic()))
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(5)
+        _stop_workers(study, procs, lock, on_event)
     _drain(events, on_event)
     study = optuna.load_study(study_name=name, storage=study._storage)
     return summarize(study, options.studies_dir / name, options, interrupted)
+
+
+def _stop_workers(
+    study: optuna.Study, procs: dict[int, Any], lock: StudyLock, on_event: EventHook | None
+) -> None:
+    """Interrupt every worker as Ctrl-C would (SIGTERM / SIGHUP reach the supervisor only; after
+    the terminal's SIGINT the workers ignore it), give them time to stop their servers, then
+    kill what is left and recover its trials."""
+    for proc in procs.values():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(proc.pid, signal.SIGTERM)
+    if on_event and procs:
+        on_event("waiting", {"message": f"stopping {len(procs)} workers (at most {_STOP_S} s)"})
+    deadline = time.monotonic() + _STOP_S
+    for proc in procs.values():
+        proc.join(max(0.1, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+            recover_dead_worker(study, f"{os.uname().nodename}:{proc.pid}", proc.exitcode, lock)
 
 
 def _drain(events: Any, on_event: EventHook | None) -> None:

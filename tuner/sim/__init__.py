@@ -1,7 +1,9 @@
 """The simulated SGLang server (``python -m tuner.sim``) and its oracle.
 
-A separate program: it imports only its own package. The tuner may import the oracle and the
-memory plan from here; importing this package starts nothing (names load on first use).
+A separate program: it imports only its own package. The oracle (``tuner.sim.oracle``, a
+headless run of the server's scheduler) takes the benchmark's workload as an argument and gives
+the summary ``tuner bench`` would print. Importing this package starts nothing (names load on
+first use).
 
     >>> from tuner.sim import OracleWorkload, predict
     >>> predict(["--speculative-algorithm", "MTP"], OracleWorkload()).failure

@@ -103,6 +103,7 @@ class ServerArgs:
     sim_host_ram_gb: float | None = None
     sim_sglang_version: str | None = None
     sim_stream_flush_ms: float = 20.0
+    sim_hold_timeout: float = 5.0
     sim_fault_crash_after: int | None = None
     sim_fault_never_ready: bool = False
     sim_fault_error_rate: float = 0.0
@@ -262,6 +263,12 @@ def build_parser(generation: str = "both") -> argparse.ArgumentParser:
         type=float,
         default=20.0,
         help="wall ms between coalesced stream chunks (first and last are sent at once)",
+    )
+    s(
+        "--sim-hold-timeout",
+        type=_positive_float,
+        default=5.0,
+        help="wall seconds modelled time waits at a hold for a closed-loop client's next request",
     )
     s("--sim-fault-crash-after", type=int, help="exit abruptly once N requests were accepted")
     s("--sim-fault-never-ready", action="store_true", help="never report healthy")

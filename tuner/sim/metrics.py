@@ -129,6 +129,13 @@ class Metrics:
             "sglang:generation_tokens_total": s.generation_tokens_total,
             "sglang:cached_tokens_total": s.cached_tokens_total,
             "sglang:num_requests_total": s.finished_total,
+            # simulator-only: how far the host fell behind (modelled time ran slower than
+            # K x wall), waits for closed-loop clients, and requests that came late
+            "sim:behind_wall_seconds_total": s.clock.behind_wall_s,
+            "sim:hold_wait_seconds_total": s.hold_wait_s,
+            "sim:hold_timeouts_total": s.hold_timeouts,
+            "sim:late_requests_total": s.late_requests,
+            "sim:late_seconds_total": s.late_s,
         }
         lines: list[str] = []
         for name, value in gauges.items():

@@ -170,9 +170,6 @@ class PerfModel:
         pmf.append(alpha**depth)
         return pmf
 
-    def expected_accept_length(self) -> float:
-        return sum((i + 1) * p for i, p in enumerate(self.accept_pmf()))
-
 
 def effective_acceptance(config: SimConfig) -> float:
     """Per-token acceptance of the draft chain, widened by a tree when topk > 1."""

@@ -10,6 +10,7 @@ pointing at a local directory), so the simulator can stand in for a checkpoint i
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -130,6 +131,9 @@ def available(kind: str) -> list[str]:
     return sorted(p.stem for p in (PROFILE_DIR / kind).glob("*.yaml"))
 
 
+_PARSED: dict[tuple[str, int], Any] = {}
+
+
 def _read_yaml(kind: str, name_or_path: str) -> dict[str, Any]:
     path = Path(name_or_path)
     if name_or_path.endswith((".yaml", ".yml")):
@@ -140,10 +144,16 @@ def _read_yaml(kind: str, name_or_path: str) -> dict[str, Any]:
         if not path.is_file():
             names = ", ".join(available(kind))
             raise ProfileError(f"unknown {kind} profile {name_or_path!r}; shipped: {names}")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"{path}: not valid YAML ({exc})") from exc
+    key = (str(path.resolve()), path.stat().st_mtime_ns)
+    data = _PARSED.get(key)
+    if data is None:
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise ProfileError(f"{path}: not valid YAML ({exc})") from exc
+        # the oracle resolves a configuration thousands of times: parse each file once
+        _PARSED[key] = data
+    data = copy.deepcopy(data)
     if not isinstance(data, dict):
         raise ProfileError(f"{path}: a {kind} profile must be a mapping")
     return data

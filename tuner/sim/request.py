@@ -38,6 +38,10 @@ class SimRequest:
     error: str | None = None
     node: Node | None = None
     owned: int = 0  # KV tokens this request holds outside the prefix cache
+    # (tokens released so far, modelled time they were produced), one per streamed chunk
+    marks: list[tuple[int, float]] = field(default_factory=list)
+    hold: bool = False  # at its finish, hold modelled time for the client's next request
+    late_s: float = 0.0  # modelled seconds it came after the time its client meant to send it
     event: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:

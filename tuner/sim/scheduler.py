@@ -1,16 +1,24 @@
 """Continuous batching in modelled time: a queue, chunked prefill, decode steps, the prefix cache.
 
-The scheduler is a discrete-event simulation tied to the wall clock through the time scale. Like
-sglang's, each round either runs a prefill batch (new requests, chunked at
-``chunked_prefill_size``; the running requests wait) or one decode step for every running
-request. To keep CPU cost low it does not wake up per step: it plans a run of decode steps up to
-the next event (a request finishing, an arrival that can be admitted, a stream flush) and sleeps
-until then. Timestamps are exact modelled times; token chunks are released to the HTTP streams
-at most every flush interval (the first and last token at once), like ``--stream-interval``.
+The scheduler is a discrete-event simulation. Like sglang's, each round either runs a prefill
+batch (new requests, chunked at ``chunked_prefill_size``; the running requests wait) or one decode
+step for every running request. It owns modelled time (``self.t``): each round moves it forward by
+what the performance model says the round takes. The same rounds run behind two front ends:
 
-If the process falls behind the wall clock (CPU starved) by more than ``MAX_LAG_WALL_S`` the
-modelled timeline is shifted, as if the GPU had stalled, so that what clients measure and what
-the records say stay consistent; the shift is reported as ``stall_s``.
+- the server (``run``): rounds are paced to at most K x wall time (``clock.Clock``); to keep CPU
+  cost low it does not wake up per step but plans a run of decode steps up to the next event (a
+  request finishing, an arrival that can be admitted, a stream flush) and sleeps until then.
+  When the host falls behind, modelled time slows down instead of jumping (``Clock.settle``).
+  Token chunks are released to the HTTP streams at most every flush interval (the first and last
+  token at once), like ``--stream-interval``, each stamped with the modelled time its tokens were
+  produced (``SimRequest.marks``);
+- the headless oracle (``tuner.sim.oracle``): the same rounds back to back on a virtual clock.
+
+Holds make a closed loop independent of the client's speed: a request sent with ``hold`` keeps
+modelled time from moving past its finish until the client's next request (which names it in
+``after``) arrives, or the client releases it; that request's arrival is the finish time. A
+client that sends with ``at`` (the modelled time it means to send) and comes later than that is
+counted (``late_requests``, ``late_s``) and told so in the request's meta_info.
 """
 
 from __future__ import annotations
@@ -19,11 +27,12 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from tuner.sim import tokens as tok
-from tuner.sim.clock import Clock
+from tuner.sim.clock import Clock, VirtualClock
 from tuner.sim.config import SimConfig
 from tuner.sim.memory import MemoryPlan
 from tuner.sim.perf import PerfModel
@@ -31,7 +40,8 @@ from tuner.sim.radix import Node, PrefixCache, block_keys
 from tuner.sim.request import RequestRecord, SimRequest
 
 MAX_MACRO_STEPS = 64
-MAX_LAG_WALL_S = 0.1
+# wall seconds a hold waits for the client's next request before it lets modelled time go on
+HOLD_TIMEOUT_S = 5.0
 # Share of each running request's remaining max_new_tokens kept free in the KV pool at admission
 # (sglang's new_token_ratio): low while nothing is retracted; a retraction sets it to 1 (exact
 # reserve, so a retracted request does not come back only to be retracted again), and it decays
@@ -57,13 +67,32 @@ def slots_per_running(config: SimConfig) -> int:
     return 2 if config.mamba_strategy in ("extra_buffer", "extra_buffer_lazy") else 1
 
 
+@dataclass
+class Hold:
+    t: float  # modelled time held
+    count: int  # requests still to claim it
+    deadline: float  # wall time (monotonic) at which it lapses
+
+
+@dataclass
+class DecodePlan:
+    batch: list[SimRequest]
+    cum: np.ndarray  # tokens each request has after each step
+    remaining: np.ndarray
+    finish_step: np.ndarray
+    k_end: int  # steps to run
+    t0: float
+    step: float  # modelled seconds per step
+    start: float  # modelled time it was planned at (arrivals after it may cut it short)
+
+
 class Scheduler:
     def __init__(
         self,
         config: SimConfig,
         plan: MemoryPlan,
         perf: PerfModel,
-        clock: Clock,
+        clock: Clock | VirtualClock,
         seed: int = 0,
         flush_ms: float = 20.0,
     ) -> None:
@@ -93,7 +122,12 @@ class Scheduler:
         self.records: list[RequestRecord] = []
         self.owned_tokens = 0
         self.t = 0.0  # modelled time at which the GPU is free
-        self.stall_s = 0.0
+        self.headless = isinstance(clock, VirtualClock)
+        self.holds: dict[str, Hold] = {}
+        self.hold_wait_s = 0.0  # wall seconds spent waiting for clients at holds
+        self.hold_timeouts = 0
+        self.late_requests = 0
+        self.late_s = 0.0  # modelled seconds by which requests came after their ``at``
         self._mixed = config.args.enable_mixed_chunk and not perf.speculative
         self._wake = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
@@ -118,9 +152,57 @@ class Scheduler:
         if self.cache is not None:
             req.keys = block_keys(req.prompt, self.block)
 
-    def submit(self, req: SimRequest) -> None:
+    def submit(self, req: SimRequest, after: str | None = None, at: float | None = None) -> None:
+        """Queue a request. ``after``: the hold it claims (its arrival is the hold's time);
+        ``at``: the modelled time the client meant to send it (a later one waits in the queue
+        until then, an earlier one it missed is counted as late)."""
+        claimed = self._claim(after) if after is not None else None
+        base = claimed if claimed is not None else req.arrival
+        if at is not None:
+            if at >= base:
+                base = at
+            elif claimed is None and base - at > 1e-9:
+                req.late_s = base - at
+                self.late_requests += 1
+                self.late_s += req.late_s
+        req.arrival = base
         self.waiting.append(req)
         self._wake.set()
+
+    # ------------------------------------------------------------ holds
+    def hold(self, key: str, count: int = 1, t: float | None = None) -> float:
+        """Keep modelled time at ``t`` (now) until ``count`` requests claim ``key``."""
+        t = self.clock.now() if t is None else t
+        timeout = getattr(self.config.args, "sim_hold_timeout", HOLD_TIMEOUT_S)
+        self.holds[key] = Hold(t, max(1, count), time.monotonic() + timeout)
+        if self.clock.cap is None or self.clock.cap > t:
+            self.clock.cap = t  # idle: modelled time stops here until the hold is resolved
+        return t
+
+    def _held_at(self) -> float | None:
+        return min((h.t for h in self.holds.values()), default=None)
+
+    def _claim(self, key: str) -> float | None:
+        hold = self.holds.get(key)
+        if hold is None:
+            return None
+        hold.count -= 1
+        if hold.count <= 0:
+            del self.holds[key]
+            self._wake.set()
+        return hold.t
+
+    def release(self, keys: list[str] | None = None, prefix: str | None = None) -> int:
+        gone = [
+            k
+            for k in self.holds
+            if (keys is not None and k in keys) or (prefix is not None and k.startswith(prefix))
+        ]
+        for k in gone:
+            del self.holds[k]
+        if gone:
+            self._wake.set()
+        return len(gone)
 
     def abort(self, req: SimRequest, reason: str = "client disconnected") -> None:
         if req.finished:
@@ -171,37 +253,78 @@ class Scheduler:
             self.cache.flush()
         return True
 
-    # ------------------------------------------------------------ main loop
+    # ------------------------------------------------------------ main loop (server)
     async def run(self) -> None:
         self.t = self.clock.now()
         while True:
-            self._catch_up()
+            await self._wait_holds()
             batch = self._build_prefill()
             if batch is not None:
-                await self._run_prefill(*batch)
+                t_end, mixed = self._prefill_begin(*batch)
+                await self._pace_until(t_end)
+                self._prefill_end(batch[0], t_end, mixed)
                 continue
             if self.running:
-                await self._run_decode()
+                plan = self._plan_decode()
+                if plan is not None:
+                    await self._pace_decode(plan)
+                    self._apply_steps(plan)
                 continue
-            pending = [r for r in self.waiting if r.arrival > self.t]
-            if pending and len(pending) == len(self.waiting):
-                self.t = min(r.arrival for r in pending)
+            future = [r.arrival for r in self.waiting if r.arrival > self.t]
+            if future and len(future) == len(self.waiting):
+                # only requests sent ahead of their time: idle until the first is due
+                due = min(future)
+                held = self._held_at()
+                self.clock.cap = due if held is None else min(due, held)
+                delay = self.clock.wall_delay(due)
+                if delay > 0:
+                    self._wake.clear()
+                    await self._wait_wake(delay)
+                self.t = max(self.t, self.clock.now())  # due, or an earlier new arrival
                 continue
+            self.clock.cap = self._held_at()
             self._wake.clear()
             await self._wake.wait()
             self.t = max(self.t, self.clock.now())
 
-    def _catch_up(self) -> None:
-        lag = self.clock.now() - self.t - MAX_LAG_WALL_S * self.clock.scale
-        if lag > 0 and (self.running or self.waiting):
-            self.stall_s += lag
-            self.t += lag
+    async def _wait_wake(self, delay: float) -> None:
+        handle = asyncio.get_running_loop().call_later(delay, self._wake.set)
+        try:
+            await self._wake.wait()
+        finally:
+            handle.cancel()
 
-    async def _sleep_until(self, model_t: float) -> None:
-        """Sleep through a forward pass (arrivals wait for it, as on a GPU)."""
+    async def _wait_holds(self) -> None:
+        """Do not start a round while a client owes a request at or before ``self.t``."""
+        waited = False
+        started = time.monotonic()
+        while True:
+            due = [h for h in self.holds.values() if h.t <= self.t + 1e-12]
+            if not due:
+                break
+            waited = True
+            self.clock.cap = min(h.t for h in due)
+            deadline = min(h.deadline for h in due)
+            delay = deadline - time.monotonic()
+            if delay <= 0:
+                for key in [k for k, h in self.holds.items() if h.deadline <= time.monotonic()]:
+                    del self.holds[key]
+                    self.hold_timeouts += 1
+                continue
+            self._wake.clear()
+            await self._wait_wake(delay)
+        if waited:
+            self.hold_wait_s += time.monotonic() - started
+            # the wall time spent waiting for the client is not modelled time
+            self.clock.settle(self.t, count=False)
+
+    async def _pace_until(self, model_t: float) -> None:
+        """Sleep through a round (arrivals wait for it, as on a GPU); then stand at its end."""
+        self.clock.cap = model_t
         delay = self.clock.wall_delay(model_t)
         if delay > 0:
             await asyncio.sleep(delay)
+        self.clock.settle(model_t)
 
     # ------------------------------------------------------------ prefill
     def _free_tokens(self) -> int:
@@ -342,9 +465,10 @@ class Scheduler:
         in_use = (self.num_running + extra) * slots_per_running(self.config)
         self.cache.trim_states(self.plan.mamba_slots - in_use)
 
-    async def _run_prefill(
+    def _prefill_begin(
         self, items: list[tuple[SimRequest, int, int]], loaded: int, loaded_states: int
-    ) -> None:
+    ) -> tuple[float, list[SimRequest]]:
+        """Start a prefill round: (modelled time it ends, running requests decoding in it)."""
         new_tokens = sum(n for _, n, _ in items)
         pairs = sum(n * p + n * n / 2 for _, n, p in items)
         written = 0
@@ -366,8 +490,11 @@ class Scheduler:
             self.owned_tokens += n
             if req is not self.chunked and req.prefilled + n < req.prefill_total:
                 self.chunked = req
-        t_end = self.t + duration
-        await self._sleep_until(t_end)
+        return self.t + duration, mixed
+
+    def _prefill_end(
+        self, items: list[tuple[SimRequest, int, int]], t_end: float, mixed: list[SimRequest]
+    ) -> None:
         self.t = t_end
         if mixed:
             self._advance_mixed(mixed)
@@ -435,15 +562,12 @@ class Scheduler:
         self._trim_states()
 
     # ------------------------------------------------------------ decode
-    def _admissible_arrival(self) -> bool:
-        if not self.waiting or self.num_running >= self.cap:
-            return False
-        return self.waiting[0].arrival <= self.clock.now()
-
-    async def _run_decode(self) -> None:
+    def _plan_decode(self) -> DecodePlan | None:
+        """Plan a run of decode steps up to the next finish (None: nothing to run, or a
+        request was retracted to make room)."""
         self._drop_aborted()
         if not self.running:
-            return
+            return None
         batch = self.running
         b = len(batch)
         context = sum(r.prompt_len + r.generated for r in batch)
@@ -456,13 +580,12 @@ class Scheduler:
             (r.target_len - r.generated for r in batch), dtype=np.int64, count=b
         )
         max_per_step = len(self._pmf)
-        steps_cap = MAX_MACRO_STEPS
         # do not run past the KV pool: each step adds up to max_per_step tokens per request
         free = self._free_tokens() + (self.cache.evictable_tokens if self.cache else 0)
-        steps_cap = max(1, min(steps_cap, free // max(b * max_per_step, 1)))
+        steps_cap = max(1, min(MAX_MACRO_STEPS, free // max(b * max_per_step, 1)))
         if free < b * max_per_step:
             self._retract_one()
-            return
+            return None
         if max_per_step > 1:
             draws = self.rng.choice(max_per_step, size=(b, steps_cap), p=self._pmf) + 1
         else:
@@ -471,26 +594,65 @@ class Scheduler:
         done = cum >= remaining[:, None]
         finish_step = np.where(done.any(axis=1), done.argmax(axis=1) + 1, steps_cap + 1)
         k_end = int(min(finish_step.min(), steps_cap))
-        t0 = self.t + extra
+        return DecodePlan(batch, cum, remaining, finish_step, k_end, self.t + extra, step, self.t)
+
+    def _cut_for_arrivals(self, plan: DecodePlan, done: int = 0) -> None:
+        """End the run of steps with the one in flight when a request arrives after it was
+        planned (it may then be admitted), as sglang's scheduler looks at its queue every step.
+        From the arrival's modelled stamp, so the server and the headless oracle cut alike;
+        ``done``: steps whose tokens were streamed already (a host that fell behind)."""
+        if self.num_running >= self.cap or not self.waiting:
+            return
+        start = plan.start
+        new = [r.arrival for r in self.waiting if r.arrival > start]
+        if not new:
+            return
+        j = int((min(new) - plan.t0) / plan.step) if min(new) > plan.t0 else 0
+        plan.k_end = max(1, done, min(plan.k_end, j + 1))
+
+    def run_round(self) -> bool:
+        """Headless: run one round on the virtual clock; False when nothing can run."""
+        batch = self._build_prefill()
+        if batch is not None:
+            t_end, mixed = self._prefill_begin(*batch)
+            self._prefill_end(batch[0], t_end, mixed)
+            self.clock.settle(self.t)
+            return True
+        if self.running:
+            plan = self._plan_decode()
+            if plan is not None:
+                self._cut_for_arrivals(plan)
+                self._apply_steps(plan)
+                self.clock.settle(self.t)
+            return True
+        future = [r.arrival for r in self.waiting if r.arrival > self.t]
+        if future and len(future) == len(self.waiting):
+            self.t = min(future)
+            self.clock.settle(self.t)
+            return True
+        return False
+
+    async def _pace_decode(self, plan: DecodePlan) -> None:
+        batch, cum, remaining, t0, step = plan.batch, plan.cum, plan.remaining, plan.t0, plan.step
+        flushed = 0
         while True:
-            j = min(k_end, int((self.clock.now() - t0) / step))
-            if j >= k_end:
+            self.clock.cap = t0 + plan.k_end * step
+            self._cut_for_arrivals(plan, flushed)
+            j = min(plan.k_end, int((self.clock.paced() - t0) / step))
+            if j >= plan.k_end:
                 break
-            if j + 1 < k_end and self._admissible_arrival():
-                k_end = j + 1
             flush_wall = self._last_flush_wall + self._flush_interval()
             if j > 0 and time.monotonic() >= flush_wall:
                 self._release_partial(batch, cum, remaining, j, t0 + j * step)
+                flushed = j
                 flush_wall = self._last_flush_wall + self._flush_interval()
             # a flush is only useful once a step has completed since the last one
             next_flush = max(flush_wall, self.clock.wall_at(t0 + (j + 1) * step))
-            delay = min(self.clock.wall_at(t0 + k_end * step), next_flush) - time.monotonic()
+            delay = min(self.clock.wall_at(t0 + plan.k_end * step), next_flush) - time.monotonic()
             if delay > 0:
                 self._wake.clear()
-                handle = asyncio.get_running_loop().call_later(delay, self._wake.set)
-                await self._wake.wait()
-                handle.cancel()
-        self._apply_steps(batch, cum, remaining, finish_step, k_end, t0, step)
+                await self._wait_wake(delay)
+        self.clock.settle(t0 + plan.k_end * step)
 
     def _flush_interval(self) -> float:
         # more streams, coarser chunks: keeps CPU per token flat at high concurrency
@@ -506,16 +668,9 @@ class Scheduler:
                 self._release(req, t, upto)
         self._last_flush_wall = time.monotonic()
 
-    def _apply_steps(
-        self,
-        batch: list[SimRequest],
-        cum: np.ndarray,
-        remaining: np.ndarray,
-        finish_step: np.ndarray,
-        k: int,
-        t0: float,
-        step: float,
-    ) -> None:
+    def _apply_steps(self, plan: DecodePlan) -> None:
+        batch, cum, remaining = plan.batch, plan.cum, plan.remaining
+        finish_step, k, t0, step = plan.finish_step, plan.k_end, plan.t0, plan.step
         produced = np.minimum(cum[:, k - 1], remaining)
         t_end = t0 + k * step
         self.new_token_ratio = max(
@@ -527,7 +682,7 @@ class Scheduler:
         self.generation_tokens_total += total
         self._record_gen(total)
         spec = self.perf.speculative
-        flush = time.monotonic() >= self._last_flush_wall + self._flush_interval()
+        flush = self.headless or time.monotonic() >= self._last_flush_wall + self._flush_interval()
         still: list[SimRequest] = []
         for i, req in enumerate(batch):
             n = int(produced[i])
@@ -546,7 +701,7 @@ class Scheduler:
                     self._release(req, t_end)
         self.owned_tokens += total
         self.running = still
-        if flush:
+        if flush and not self.headless:
             self._last_flush_wall = time.monotonic()
 
     def _drop_aborted(self) -> None:
@@ -581,6 +736,8 @@ class Scheduler:
             return
         if self.on_release is not None and upto > req.released:
             self.on_release(req, upto - req.released, t)
+        if upto > req.released:
+            req.marks.append((upto, t))
         req.released = upto
         req.release_t = t
         req.event.set()
@@ -612,6 +769,8 @@ class Scheduler:
             req.node = None
         req.finished = True
         self.finished_total += 1
+        if req.hold and error is None:
+            self.hold(req.rid, 1, t)
         self._trim_states()
         self.records.append(RequestRecord.of(req))
         if self.on_finish is not None:

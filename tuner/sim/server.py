@@ -4,8 +4,14 @@ Endpoints (as sglang): /health, /health_generate, /ready (0.5.23), /server_info
 (+ /get_server_info), /model_info (+ /get_model_info), /v1/models, /flush_cache, /generate
 (native, streaming with cumulative text and meta_info), /v1/completions, /v1/chat/completions
 (SSE, stream_options.include_usage), /metrics (with --enable-metrics). Simulator-only:
-/sim/requests (GET; POST /sim/requests/clear or DELETE to empty it). ``--api-key`` is enforced
-like sglang: ``Authorization: Bearer KEY`` on every route but /health*, /ready and /metrics.
+/sim/requests (GET; POST /sim/requests/clear or DELETE to empty it), /sim/hold and /sim/release
+(holds of modelled time for a closed-loop client, see scheduler.py), and a ``sim`` object a
+request body may carry: ``{"after": hold key, "at": modelled seconds, "hold": bool}``. Every
+streamed chunk carries the modelled time its tokens were produced: ``sim_time`` /
+``sim_arrival`` (and ``sim_late`` when the request came after its ``at``) in meta_info on
+/generate, a ``sim`` object on the OpenAI routes; ``/server_info`` says
+``sim_modelled_time: true`` so that a client knows to read them. ``--api-key`` is enforced like
+sglang: ``Authorization: Bearer KEY`` on every route but /health*, /ready and /metrics.
 """
 
 from __future__ import annotations
@@ -104,6 +110,8 @@ class SimServer:
         r.add_get("/sim/requests", self.sim_requests)
         r.add_delete("/sim/requests", self.sim_requests_clear)
         r.add_post("/sim/requests/clear", self.sim_requests_clear)
+        r.add_post("/sim/hold", self.sim_hold)
+        r.add_post("/sim/release", self.sim_release)
         return app
 
     async def serve(self) -> None:
@@ -220,6 +228,7 @@ class SimServer:
                 "speculative_num_draft_tokens": cfg.spec.num_draft_tokens if cfg.spec else None,
                 "version": cfg.sglang_version,
                 "sim_time_scale": float(self.clock.scale),
+                "sim_modelled_time": True,
                 "sim_hardware": cfg.hardware.name,
                 "sim_model": cfg.model.name,
                 "sim_ready": self.ready,
@@ -259,7 +268,14 @@ class SimServer:
                     "max_mamba_cache_size": plan.mamba_slots or None,
                     "internal_states": [state],
                     "sim_memory_plan": plan.as_dict(),
-                    "sim_stall_s": s.stall_s,
+                    # how far the host fell behind (modelled time ran slower than K x wall)
+                    "sim_behind_s": self.clock.behind_wall_s,
+                    # wall seconds modelled time waited for closed-loop clients at holds
+                    "sim_hold_wait_s": s.hold_wait_s,
+                    "sim_hold_timeouts": s.hold_timeouts,
+                    # requests that came after the modelled time their client meant to send them
+                    "sim_late_requests": s.late_requests,
+                    "sim_late_s": s.late_s,
                     "sim_retracted_requests": s.retracted_total,
                     "sim_gpu_cache_tokens": s.cache.gpu_tokens if s.cache else 0,
                     "sim_owned_tokens": s.owned_tokens,
@@ -349,6 +365,62 @@ class SimServer:
             self.scheduler.records.clear()
         return _json({"cleared": True})
 
+    async def sim_hold(self, request: web.Request) -> web.Response:
+        """Hold modelled time now until ``count`` requests name ``key`` in ``sim.after``."""
+        not_ready = self._not_ready()
+        if not_ready:
+            return not_ready
+        try:
+            body = await self._body(request)
+            key = str(body["key"])
+            count = int(body.get("count", 1))
+        except (BadRequest, KeyError, TypeError, ValueError) as exc:
+            return _json({"error": {"message": f"bad hold: {exc}"}}, 400)
+        return _json({"key": key, "t": self.scheduler.hold(key, count)})
+
+    async def sim_release(self, request: web.Request) -> web.Response:
+        not_ready = self._not_ready()
+        if not_ready:
+            return not_ready
+        try:
+            body = await self._body(request)
+        except BadRequest as exc:
+            return _json({"error": {"message": str(exc)}}, 400)
+        keys = body.get("keys")
+        prefix = body.get("prefix")
+        released = self.scheduler.release(
+            [str(k) for k in keys] if isinstance(keys, list) else None,
+            str(prefix) if prefix else None,
+        )
+        return _json({"released": released})
+
+    @staticmethod
+    def _sim_options(body: JSONDict) -> tuple[str | None, float | None, bool]:
+        """The simulator-only ``sim`` object of a request body: (after, at, hold)."""
+        sim = body.get("sim")
+        if not isinstance(sim, dict):
+            return None, None, False
+        after = sim.get("after")
+        at = sim.get("at")
+        if at is not None and not isinstance(at, int | float):
+            raise BadRequest("sim.at must be a number of modelled seconds")
+        return (
+            str(after) if after is not None else None,
+            float(at) if at is not None else None,
+            bool(sim.get("hold", False)),
+        )
+
+    def _submit(self, req: SimRequest, sim: tuple[str | None, float | None, bool]) -> None:
+        after, at, hold = sim
+        req.hold = hold
+        self.scheduler.submit(req, after, at)
+
+    def _sim_stamp(self, req: SimRequest, t: float) -> JSONDict:
+        stamp: JSONDict = {"sim_time": t, "sim_arrival": req.arrival}
+        if req.late_s > 0:
+            stamp["sim_late"] = req.late_s
+        return stamp
+
     # ------------------------------------------------------------ requests
     def _make_request(
         self, prompt: list[int], max_new: int, ignore_eos: bool, rid: str | None
@@ -389,18 +461,25 @@ class SimServer:
             return False
         return True
 
-    async def _progress(self, req: SimRequest) -> AsyncIterator[tuple[int, int, bool]]:
-        """Yield (from, to, finished) token ranges as the scheduler releases them."""
+    async def _progress(self, req: SimRequest) -> AsyncIterator[tuple[int, int, float, bool]]:
+        """Yield (from, to, modelled time, finished) per chunk the scheduler released."""
         sent = 0
+        index = 0
         while True:
             await req.event.wait()
             req.event.clear()
-            upto = req.released
-            done = req.finished and upto >= req.generated
-            if upto > sent or done:
-                yield sent, upto, done
+            marks = req.marks
+            finished = req.finished
+            while index < len(marks):
+                upto, t = marks[index]
+                index += 1
+                last = finished and index == len(marks) and upto >= req.generated
+                yield sent, upto, t, last
                 sent = upto
-            if done:
+                if last:
+                    return
+            if finished and sent >= req.generated:
+                yield sent, sent, req.finish_t if req.finish_t is not None else req.arrival, True
                 return
 
     def _meta(self, req: SimRequest) -> JSONDict:
@@ -414,6 +493,8 @@ class SimServer:
             # 0.5.10 called it total_retractions
             ("num_retractions" if self.new_api else "total_retractions"): req.retractions,
         }
+        if req.marks:
+            meta.update(self._sim_stamp(req, req.marks[-1][1]))
         if req.finished and req.finish_t is not None:
             meta["e2e_latency"] = req.finish_t - req.arrival
             # managers/tokenizer_manager.py (0.5.23): spec_* only once the request finishes
@@ -444,6 +525,7 @@ class SimServer:
             batch = isinstance(prompts, list) and prompts and isinstance(prompts[0], list)
             if batch and body.get("stream"):
                 raise BadRequest("streaming a batch of prompts is not supported")
+            sim = self._sim_options(body)
             if batch:
                 reqs = [self._make_request(p, max_new, ignore_eos, None) for p in prompts]
             else:
@@ -454,9 +536,9 @@ class SimServer:
             if not self._accept(req):
                 return _json({"error": {"message": req.error}}, 500)
         if body.get("stream"):
-            return await self._stream_native(request, reqs[0])
+            return await self._stream_native(request, reqs[0], sim)
         for req in reqs:
-            self.scheduler.submit(req)
+            self._submit(req, sim)
         results = []
         for req in reqs:
             async for _ in self._progress(req):
@@ -485,19 +567,24 @@ class SimServer:
             return tok.encode(text)
         raise BadRequest("Either text or input_ids should be provided.")
 
-    async def _stream_native(self, request: web.Request, req: SimRequest) -> web.StreamResponse:
+    async def _stream_native(
+        self, request: web.Request, req: SimRequest, sim: tuple[str | None, float | None, bool]
+    ) -> web.StreamResponse:
         resp = web.StreamResponse(headers=SSE_HEADERS)
         await resp.prepare(request)
         # submitted only now, so the first token is not held up by the response headers
-        self.scheduler.submit(req)
+        self._submit(req, sim)
         text = ""
         try:
             ids: list[int] = []
-            async for start, stop, _ in self._progress(req):
+            async for start, stop, t, _ in self._progress(req):
                 text += tok.output_text(start, stop, req.seed)
                 ids += tok.output_ids(start, stop, req.seed)
+                meta = self._meta(req)
+                meta["completion_tokens"] = stop
+                meta.update(self._sim_stamp(req, t))
                 # Cumulative, like text: what sglang streams unless told to stream increments.
-                chunk = {"text": text, "output_ids": ids, "meta_info": self._meta(req), "index": 0}
+                chunk = {"text": text, "output_ids": ids, "meta_info": meta, "index": 0}
                 await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
             await resp.write(b"data: [DONE]\n\n")
         except (ConnectionResetError, asyncio.CancelledError):
@@ -550,6 +637,7 @@ class SimServer:
             req = self._make_request(
                 prompt, int(limit), bool(body.get("ignore_eos", False)), body.get("rid")
             )
+            sim = self._sim_options(body)
         except (BadRequest, ValueError, TypeError) as exc:
             return _openai_error(str(exc))
         if not self._accept(req):
@@ -559,8 +647,8 @@ class SimServer:
         created = int(time.time())
         if body.get("stream"):
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return await self._stream_openai(request, req, chat, rid, model, created, usage)
-        self.scheduler.submit(req)
+            return await self._stream_openai(request, req, chat, rid, model, created, usage, sim)
+        self._submit(req, sim)
         async for _ in self._progress(req):
             pass
         text = tok.output_text(0, req.generated, req.seed)
@@ -598,13 +686,16 @@ class SimServer:
         model: str,
         created: int,
         include_usage: bool,
+        sim: tuple[str | None, float | None, bool],
     ) -> web.StreamResponse:
         resp = web.StreamResponse(headers=SSE_HEADERS)
         await resp.prepare(request)
-        self.scheduler.submit(req)
+        self._submit(req, sim)
         obj = "chat.completion.chunk" if chat else "text_completion"
 
-        def frame(choices: list[JSONDict], usage: JSONDict | None = None) -> bytes:
+        def frame(
+            choices: list[JSONDict], usage: JSONDict | None = None, t: float | None = None
+        ) -> bytes:
             data: JSONDict = {
                 "id": rid,
                 "object": obj,
@@ -614,6 +705,9 @@ class SimServer:
             }
             if usage is not None:
                 data["usage"] = usage
+            if t is not None:
+                stamp = self._sim_stamp(req, t)
+                data["sim"] = {k[4:]: v for k, v in stamp.items()}
             return b"data: " + json.dumps(data).encode() + b"\n\n"
 
         try:
@@ -630,7 +724,9 @@ class SimServer:
                         ]
                     )
                 )
-            async for start, stop, done in self._progress(req):
+            async for start, stop, t, done in self._progress(req):
+                if stop <= start and not done:
+                    continue
                 text = tok.output_text(start, stop, req.seed)
                 finish = self._openai_finish(req) if done else None
                 if chat:
@@ -642,9 +738,10 @@ class SimServer:
                     }
                 else:
                     choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-                await resp.write(frame([choice]))
+                await resp.write(frame([choice], t=t))
             if include_usage:
-                await resp.write(frame([], self._usage(req)))
+                end = req.finish_t if req.finish_t is not None else req.arrival
+                await resp.write(frame([], self._usage(req), t=end))
             await resp.write(b"data: [DONE]\n\n")
         except (ConnectionResetError, asyncio.CancelledError):
             self.scheduler.abort(req)
