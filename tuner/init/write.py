@@ -7,7 +7,8 @@ The workload templates and their default SLOs (stated in the file):
     chat     multi-turn: 32 conversations x 4 turns, a 2048-token system prompt, 256-token user
              turns and answers; 16 clients; p99_ttft_ms <= 3000
     rag      shared-prefix: 16 documents of 4096 tokens x 16 questions of 128 tokens, 256-token
-             answers; 32 clients; p99_ttft_ms <= 3000
+             answers; 32 clients; p99_ttft_ms <= 5000 (the first question on each document
+             prefills all of it: 1 request in 16, the tail)
     random   200 requests of 1024 prompt and 256 output tokens; 32 clients; p99_ttft_ms <= 2000
     FILE     a JSONL file (one request a line: prompt or input_ids, optional output_len);
              16 clients; p99_ttft_ms <= 3000
@@ -42,7 +43,7 @@ TEMPLATES: dict[str, tuple[dict[str, Any], int, str, str]] = {
     "rag": (
         {"kind": "shared-prefix", "groups": 16, "prompts_per_group": 16,
          "system_prompt_len": 4096, "question_len": 128, "output_len": 256, "seed": 0},
-        32, "p99_ttft_ms <= 3000",
+        32, "p99_ttft_ms <= 5000",
         "Retrieval-augmented questions: 16 documents, 16 questions on each (shared prefixes).",
     ),
     "random": (
