@@ -45,6 +45,7 @@ from tuner.search.options import StudyOptions, StudySummary, check_options
 from tuner.search.pruning import StagePruner
 from tuner.search.recovery import OwnerHeartbeat, owner_tag, recover_abandoned, trial_owner
 from tuner.search.sampler import make_sampler
+from tuner.search.signals import defer_signals_in, deferred, stop_requested
 from tuner.search.space import SearchSpace
 from tuner.search.space_load import default_space_path, load_space
 from tuner.search.target import launch_target, memory_inputs
@@ -145,6 +146,7 @@ def open_study(
             directions=[MAXIMIZE, MINIMIZE],
             load_if_exists=True,
         )
+        defer_signals_in(study._storage)  # a stop signal never lands inside a storage write
         seed = options.seed
         if seed is not None:
             # A resumed study must not replay the start-up samples it already measured, and
@@ -246,20 +248,30 @@ def run_trials(
             time.sleep(poll_s)
             continue
         waiting = ()
-        with lock:  # SQLite: two processes must not take the same queued trial
-            trial = study.ask()
-            if _over_budget(study, trial.number, total):
-                # Another worker asked at the same moment; the later trial number steps back.
-                trial.set_user_attr(record.SURPLUS, True)
-                study.tell(trial, state=TrialState.FAIL)
-                continue
-            beat = OwnerHeartbeat(
-                study._storage,
-                trial._trial_id,
-                heartbeat_s,
-                beat=not is_heartbeat_enabled(study._storage),
-            )
-        _run_one(study, trial, objective, beat)
+        trial = None
+        try:
+            # SQLite: two processes must not take the same queued trial. From the ask to the
+            # owner written, a stop signal waits (not while waiting for the lock): it then ends
+            # the asked trial as interrupted, instead of leaving it RUNNING with no owner.
+            with lock, deferred():
+                trial = study.ask()
+                if _over_budget(study, trial.number, total):
+                    # Another worker asked at the same moment; the later trial number steps back.
+                    trial.set_user_attr(record.SURPLUS, True)
+                    study.tell(trial, state=TrialState.FAIL)
+                    trial = None
+                    continue
+                beat = OwnerHeartbeat(
+                    study._storage,
+                    trial._trial_id,
+                    heartbeat_s,
+                    beat=not is_heartbeat_enabled(study._storage),
+                )
+            _run_one(study, trial, objective, beat)
+        except KeyboardInterrupt:
+            if trial is not None:
+                _record_interrupted(study, trial)
+            raise
 
 
 def _describe(running: list[optuna.trial.FrozenTrial]) -> str:
@@ -292,33 +304,53 @@ def _run_one(
     objective: Callable[[optuna.Trial], tuple[float, float]],
     beat: OwnerHeartbeat,
 ) -> None:
-    if trial.user_attrs.get(record.SERVER_PGID):
-        trial.set_user_attr(record.SERVER_PGID, None)  # copied from a retried trial's attrs
+    """Run the objective and tell the trial how it ended; a KeyboardInterrupt (Ctrl-C or a stop
+    signal) propagates, and the caller records the trial as interrupted."""
     heartbeat = get_heartbeat_thread(trial._trial_id, study._storage)
-    heartbeat.start()
+    started = False
     try:
         try:
+            if trial.user_attrs.get(record.SERVER_PGID):
+                trial.set_user_attr(record.SERVER_PGID, None)  # copied from a retried trial
+            with deferred():  # joined below only when started
+                heartbeat.start()
+                started = True
             values = objective(trial)
         finally:
-            heartbeat.join()
-            beat.stop()
+            with deferred():
+                beat.stop()
+                if started:
+                    heartbeat.join()
     except optuna.TrialPruned:
         _tell(study, trial, state=TrialState.PRUNED)
-    except KeyboardInterrupt:
-        # It measured nothing: FAIL, marked so that the next run queues it again.
-        with contextlib.suppress(UpdateFinishedTrialError):
-            trial.set_user_attr(record.INTERRUPTED, True)
-        _tell(study, trial, state=TrialState.FAIL)
-        raise
     except Exception as exc:
         if isinstance(exc, UpdateFinishedTrialError):  # failed by another process meanwhile
             _log.warning("trial %d was failed by another process as abandoned", trial.number)
             return
+        if (signame := stop_requested()) is not None:
+            # Cleanup cut short by the stop signal (a server stopping, a request cancelled):
+            # the trial was interrupted, not broken, and one line says what else happened.
+            _log.warning(
+                "trial %d interrupted by %s (then %s: %s)",
+                trial.number,
+                signame,
+                type(exc).__name__,
+                exc,
+            )
+            raise KeyboardInterrupt(signame) from None
         trial.set_user_attr(record.ERROR, f"{type(exc).__name__}: {exc}")
         _tell(study, trial, state=TrialState.FAIL)
         _log.exception("trial %d raised; recorded as FAIL", trial.number)
     else:
         _tell(study, trial, values=list(values))
+
+
+def _record_interrupted(study: optuna.Study, trial: optuna.Trial) -> None:
+    """It measured nothing: FAIL, marked so that the next run queues it again. A signal that
+    follows is ignored (tuner/search/signals.py), so this runs to the end."""
+    with contextlib.suppress(UpdateFinishedTrialError):
+        trial.set_user_attr(record.INTERRUPTED, True)
+    _tell(study, trial, state=TrialState.FAIL)
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, **kw: Any) -> None:
