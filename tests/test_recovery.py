@@ -14,6 +14,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.results import record
+from tuner.search import signals
 from tuner.search.recovery import (
     OwnerHeartbeat,
     process_alive,
@@ -173,3 +174,4 @@ def test_only_the_first_stop_signal_interrupts():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        signals._state = signals._State()  # no signal received, for the tests that follow

@@ -23,6 +23,7 @@ these values only tell the sampler where the default configuration sits.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from tuner.engines.model_config import ModelMemory
@@ -54,6 +55,7 @@ def baseline_params(space: SearchSpace, estimate: MemoryEstimate | None = None) 
 
 
 _MISSING = object()
+Baseline = Callable[[], dict[str, Any]]  # gives the default trial's params when it is queued
 
 
 def _value(spec: ParamSpec, default: Any, estimate: MemoryEstimate | None) -> Any:
@@ -94,10 +96,15 @@ def _on_grid(spec: ParamSpec, number: float) -> int | float:
 def default_trial_params(
     space: SearchSpace,
     options: StudyOptions,
-    model_memory: ModelMemory | None,
-    gpu_gb: float | None,
+    model_memory: ModelMemory | None = None,
+    gpu_gb: float | None = None,
 ) -> dict[str, Any]:
-    """sglang's defaults as the space's params, with the memory estimate's automatic values."""
+    """sglang's defaults as the space's params, with the memory estimate's automatic values
+    (the model's memory and the GPU's size read as the study does when not given)."""
+    if model_memory is None and options.feasibility:
+        from tuner.search.target import memory_inputs  # reads config.json, asks the GPU
+
+        model_memory, gpu_gb = memory_inputs(space, options)
     estimate = None
     if model_memory is not None and gpu_gb:
         flags = {

@@ -8,7 +8,7 @@ so neither counts against the budget: the study asks the sampler again. When the
 proposing such configurations the study stops with `SpaceMostlyInfeasible` rather than spin:
 after `max_free_per_trial` free trials in a row, or in total more than that many per measured
 trial and at least `min_free_total` of them. When every one of those in a row repeated a
-measured configuration, the space is exhausted instead (`SpaceExhausted`): the study ends
+measured configuration, the space is exhausted instead (a small discrete space): the study ends
 normally with what it measured.
 """
 
@@ -28,11 +28,6 @@ NOT_LAUNCHED = (record.OUTCOME_SKIPPED, record.OUTCOME_INVALID)
 
 class SpaceMostlyInfeasible(UserError):
     """The sampler keeps proposing configurations that are rejected before launch."""
-
-
-class SpaceExhausted(Exception):
-    """The sampler keeps proposing configurations already measured: a small discrete space
-    holds fewer configurations than the budget. The study ends normally."""
 
 
 def is_free(trial: FrozenTrial) -> bool:
@@ -56,8 +51,9 @@ class RetryCap:
     max_free_per_trial: float = 10.0
     min_free_total: int = 100
 
-    def check(self, trials: list[FrozenTrial]) -> None:
-        """Raise SpaceMostlyInfeasible when the proposals are mostly rejected."""
+    def check(self, trials: list[FrozenTrial]) -> str | None:
+        """Raise SpaceMostlyInfeasible when the proposals are mostly rejected; return a message
+        when they only repeat measured configurations (the space is exhausted), else None."""
         finished = [t for t in trials if t.state in FINISHED]
         free = [t for t in finished if is_free(t)]
         in_a_row = 0
@@ -70,7 +66,7 @@ class RetryCap:
         if in_a_row >= self.max_free_in_a_row and all(
             record.DUPLICATE_OF in t.user_attrs for t in recent
         ):
-            raise SpaceExhausted(
+            return (
                 f"the last {in_a_row} proposals repeated measured configurations: the space "
                 f"seems to hold no other; stopping after {measured} launched"
             )
@@ -86,6 +82,7 @@ class RetryCap:
                 "Narrow the ranges in the space file (e.g. mem_fraction_static, "
                 "max_running_requests) or check --gpu-memory-gb."
             )
+        return None
 
 
 def _top_reasons(free: list[FrozenTrial], n: int = 3) -> str:
@@ -98,3 +95,17 @@ def _top_reasons(free: list[FrozenTrial], n: int = 3) -> str:
         seen[reason] = seen.get(reason, 0) + 1
     top = sorted(seen.items(), key=lambda kv: -kv[1])[:n]
     return "; ".join(f"{count}x {reason}" for reason, count in top) or "none"
+
+
+def summary_counts(trials: Iterable[FrozenTrial]) -> dict[str, int]:
+    """Trials by state, with skips (SKIPPED) and repeats (REPEATED) counted apart from PRUNED
+    and COMPLETE, for the end-of-study summary."""
+    out: dict[str, int] = {}
+    for t in trials:
+        key = t.state.name
+        if t.state in FINISHED and record.DUPLICATE_OF in t.user_attrs:
+            key = "REPEATED"  # a measured configuration proposed again: result copied
+        elif t.state in FINISHED and t.user_attrs.get(record.OUTCOME) in NOT_LAUNCHED:
+            key = "SKIPPED"  # rejected before launch; does not count against --trials
+        out[key] = out.get(key, 0) + 1
+    return out

@@ -35,6 +35,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.results import record
 from tuner.results.study_lock import StudyLock
 from tuner.search.objective import EventHook
+from tuner.search.signals import deferred
 
 _log = logging.getLogger(__name__)
 
@@ -169,19 +170,17 @@ def recover_trials(
         owner = trial_owner(trial)
         if owner is not None and _on_this_host(owner, me):
             _kill_server_group(trial, owner)
-        with contextlib.suppress(Exception):
-            storage.set_trial_user_attr(trial._trial_id, record.ABANDONED, reason)
-        try:
-            won = storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
-        except Exception:  # another process failed it first (finished trial, locked database)
-            won = False
-        if not won:
-            continue
-        recovered.append(
-            Recovered(
-                trial.number, owner_tag(owner) if owner else "?", reason, queue_retry(study, trial)
-            )
-        )
+        with deferred():  # a stop signal must not fall between the FAIL and its retry
+            with contextlib.suppress(Exception):
+                storage.set_trial_user_attr(trial._trial_id, record.ABANDONED, reason)
+            try:
+                won = storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+            except Exception:  # another process failed it first (finished trial, locked database)
+                won = False
+            if not won:
+                continue
+            retry = queue_retry(study, trial)
+        recovered.append(Recovered(trial.number, owner_tag(owner) if owner else "?", reason, retry))
     return recovered
 
 

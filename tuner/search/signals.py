@@ -6,27 +6,98 @@ failed trial marked interrupted (queued again by the next run) and exit code 130
 signal interrupts: the ones that follow (a second Ctrl-C, SIGTERM from a supervisor after the
 terminal's SIGINT) are ignored, so they cannot cut the cleanup short. A signal the tuner was
 started with ignored (SIGHUP under `nohup`) stays ignored.
+
+A signal never interrupts a storage call: an exception raised inside Optuna's journal file lock
+(between its rename and its unlink) turns into a FileNotFoundError, and one raised while a
+storage replays its log leaves it half applied. While the main thread runs inside `deferred()`
+(every method of a storage passed to `defer_signals_in`, and the tuner's own steps that must not
+be split, such as asking for a trial and writing its owner), the signal is only noted; the
+KeyboardInterrupt is raised when the outermost `deferred()` block ends.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+class _State:
+    def __init__(self) -> None:
+        self.fired: str | None = None  # the name of the first stop signal
+        self.depth = 0  # nested deferred() blocks of the main thread
+        self.pending = False  # a signal arrived inside them
+
+
+_state = _State()
+
+
 def stop_like_ctrl_c(signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> None:
-    """From now on, the first of `signals` raises KeyboardInterrupt; later ones are ignored."""
-    fired = False
+    """From now on, the first of `signals` raises KeyboardInterrupt (at the end of the
+    `deferred()` block the main thread is in, if any); later ones are ignored."""
+    global _state
+    _state = state = _State()
 
     def handler(signum: int, _frame: FrameType | None) -> None:
-        nonlocal fired
-        if fired:
+        if state.fired is not None:
             return
-        fired = True
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+        state.fired = signal.Signals(signum).name
+        if state.depth:
+            state.pending = True
+            return
+        raise KeyboardInterrupt(state.fired)
 
     for sig in signals:
         if signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, handler)
+
+
+def stop_requested() -> str | None:
+    """The name of the stop signal received, or None."""
+    return _state.fired
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """A stop signal that arrives inside the block raises KeyboardInterrupt when the outermost
+    block ends (even when the block raised: the interruption is what the caller must see).
+    Other threads are never interrupted by signals, and pass through."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    state = _state
+    state.depth += 1
+    try:
+        yield
+    finally:
+        state.depth -= 1
+        if not state.depth and state.pending:
+            state.pending = False
+            raise KeyboardInterrupt(state.fired)
+
+
+def _deferring(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with deferred():
+            return method(*args, **kwargs)
+
+    return call
+
+
+def defer_signals_in(storage: Any) -> None:
+    """Run every method of this storage object inside `deferred()`. The object keeps its class,
+    so Optuna's isinstance checks (heartbeats, cached RDB storage) still see what it is."""
+    if getattr(storage, "_tuner_defers_signals", False):
+        return
+    for name, _ in inspect.getmembers(type(storage), inspect.isfunction):
+        if not name.startswith("__"):
+            setattr(storage, name, _deferring(getattr(storage, name)))
+    storage._tuner_defers_signals = True

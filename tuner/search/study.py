@@ -2,10 +2,8 @@
 
     summary = run_study(StudyOptions(trials=40), on_event=print_event)
 
-Rerunning the same command resumes: the trial budget counts the study's measured trials (COMPLETE
-and PRUNED that launched a configuration; tuner/search/budget.py), so `--trials 40` means "until
-the study holds 40 launched configurations", whichever worker ran them. Proposals rejected before
-launch and repeats of a measured configuration are recorded but do not count. A trial
+Rerunning the same command resumes: `--trials 40` means "until the study holds 40 launched
+configurations" (skips and repeats do not count: budget.py), whichever worker ran them. A trial
 interrupted by Ctrl-C (or SIGTERM, SIGHUP) ends FAIL (it measured nothing), and its configuration
 is queued again on the next run so nothing sampled is lost. A trial left RUNNING by a process that
 was killed is found and queued again too (tuner/search/recovery.py), on start and while waiting.
@@ -41,14 +39,8 @@ from tuner.results.goals import MAXIMIZE, MINIMIZE
 from tuner.results.pareto import Point, pareto_front
 from tuner.results.storage import describe_storage, open_storage, storage_file
 from tuner.results.study_lock import LOCK_SUFFIX, StudyLock, ensure_writable_file
-from tuner.search.baseline import default_trial_params
-from tuner.search.budget import (
-    NOT_LAUNCHED,
-    RetryCap,
-    SpaceExhausted,
-    counts,
-    measured_count,
-)
+from tuner.search.baseline import Baseline, default_trial_params
+from tuner.search.budget import RetryCap, counts, measured_count, summary_counts
 from tuner.search.feasibility import CrashModel
 from tuner.search.guide import Guide, make_guide
 from tuner.search.objective import EventHook, ObjectiveConfig, TrialObjective
@@ -56,6 +48,7 @@ from tuner.search.options import StudyOptions, StudySummary, check_options
 from tuner.search.pruning import StagePruner
 from tuner.search.recovery import OwnerHeartbeat, owner_tag, recover_abandoned, trial_owner
 from tuner.search.sampler import make_sampler
+from tuner.search.signals import defer_signals_in, deferred, stop_requested
 from tuner.search.space import SearchSpace
 from tuner.search.space_load import default_space_path, load_space
 from tuner.search.target import launch_target, memory_inputs
@@ -101,16 +94,11 @@ def _ensure_study_attrs(study: optuna.Study, space: SearchSpace, options: StudyO
         )
 
 
-def queue_baseline_and_retries(
-    study: optuna.Study, baseline: Callable[[], dict[str, Any]] | None = None
-) -> None:
-    """`baseline` gives the default trial's params (tuner/search/baseline.py); it launches no
-    flag. Called only when the default trial is not queued yet."""
+def queue_baseline_and_retries(study: optuna.Study, baseline: Baseline | None = None) -> None:
     trials = study.get_trials(deepcopy=False)
     if not any(t.user_attrs.get(record.IS_DEFAULT) for t in trials):
         # sglang's defaults, no tuned flag: every result is compared with it.
-        params = baseline() if baseline is not None else {}
-        study.enqueue_trial(params, user_attrs={record.IS_DEFAULT: True})
+        study.enqueue_trial(baseline() if baseline else {}, user_attrs={record.IS_DEFAULT: True})
     retried = {t.user_attrs.get(record.RETRY_OF) for t in trials}
     for t in trials:
         if (
@@ -125,7 +113,6 @@ def queue_baseline_and_retries(
 
 
 def finished_count(study: optuna.Study) -> int:
-    """Trials that count against the budget: finished, and launched a configuration."""
     return measured_count(study.get_trials(deepcopy=False, states=FINISHED))
 
 
@@ -162,6 +149,7 @@ def open_study(
             directions=[MAXIMIZE, MINIMIZE],
             load_if_exists=True,
         )
+        defer_signals_in(study._storage)  # a stop signal never lands inside a storage write
         seed = options.seed
         if seed is not None:
             # A resumed study must not replay the start-up samples it already measured, and
@@ -170,12 +158,7 @@ def open_study(
         study.sampler = make_sampler(options.sampler, space, seed)
         _ensure_study_attrs(study, space, options)
         recover_abandoned(study, options.heartbeat_s, on_event=on_event)
-
-        def baseline() -> dict[str, Any]:
-            memory = memory_inputs(space, options) if options.feasibility else (None, None)
-            return default_trial_params(space, options, *memory)
-
-        queue_baseline_and_retries(study, baseline)
+        queue_baseline_and_retries(study, lambda: default_trial_params(space, options))
     return study, space, name
 
 
@@ -244,17 +227,14 @@ def run_trials(
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     waiting: tuple[int, ...] = ()
     waiting_since = 0.0
-    cap = RetryCap()
     while True:
         fail_stale_trials(study)  # RDB storages with heartbeats: requeues dead workers' trials
         recover_abandoned(study, heartbeat_s, lock, on_event)
         trials = study.get_trials(deepcopy=False)
         states = Counter(t.state for t in trials)
         finished = measured_count(trials)  # skips and repeats do not count (budget.py)
-        try:
-            cap.check(trials)
-        except SpaceExhausted as exc:
-            _log.warning("%s", exc)
+        if (exhausted := RetryCap().check(trials)) is not None:
+            _log.warning("%s", exhausted)  # the space holds no configuration left to measure
             return None
         if finished >= total or (deadline is not None and time.monotonic() > deadline):
             return None
@@ -276,22 +256,32 @@ def run_trials(
             time.sleep(poll_s)
             continue
         waiting = ()
-        with lock:  # SQLite: two processes must not take the same queued trial
-            if guide is not None:
-                guide.before_ask(study)  # may queue a trial of its own (tuner/search/guide.py)
-            trial = study.ask()
-            if _over_budget(study, trial.number, total):
-                # Another worker asked at the same moment; the later trial number steps back.
-                trial.set_user_attr(record.SURPLUS, True)
-                study.tell(trial, state=TrialState.FAIL)
-                continue
-            beat = OwnerHeartbeat(
-                study._storage,
-                trial._trial_id,
-                heartbeat_s,
-                beat=not is_heartbeat_enabled(study._storage),
-            )
-        _run_one(study, trial, objective, beat)
+        trial = None
+        try:
+            # SQLite: two processes must not take the same queued trial. From the ask to the
+            # owner written, a stop signal waits (not while waiting for the lock): it then ends
+            # the asked trial as interrupted, instead of leaving it RUNNING with no owner.
+            with lock, deferred():
+                if guide is not None:
+                    guide.before_ask(study)  # may queue a trial of its own (guide.py)
+                trial = study.ask()
+                if _over_budget(study, trial.number, total):
+                    # Another worker asked at the same moment; the later trial number steps back.
+                    trial.set_user_attr(record.SURPLUS, True)
+                    study.tell(trial, state=TrialState.FAIL)
+                    trial = None
+                    continue
+                beat = OwnerHeartbeat(
+                    study._storage,
+                    trial._trial_id,
+                    heartbeat_s,
+                    beat=not is_heartbeat_enabled(study._storage),
+                )
+            _run_one(study, trial, objective, beat)
+        except KeyboardInterrupt:
+            if trial is not None:
+                _record_interrupted(study, trial)
+            raise
 
 
 def _describe(running: list[optuna.trial.FrozenTrial]) -> str:
@@ -324,33 +314,53 @@ def _run_one(
     objective: Callable[[optuna.Trial], tuple[float, float]],
     beat: OwnerHeartbeat,
 ) -> None:
-    if trial.user_attrs.get(record.SERVER_PGID):
-        trial.set_user_attr(record.SERVER_PGID, None)  # copied from a retried trial's attrs
+    """Run the objective and tell the trial how it ended; a KeyboardInterrupt (Ctrl-C or a stop
+    signal) propagates, and the caller records the trial as interrupted."""
     heartbeat = get_heartbeat_thread(trial._trial_id, study._storage)
-    heartbeat.start()
+    started = False
     try:
         try:
+            if trial.user_attrs.get(record.SERVER_PGID):
+                trial.set_user_attr(record.SERVER_PGID, None)  # copied from a retried trial
+            with deferred():  # joined below only when started
+                heartbeat.start()
+                started = True
             values = objective(trial)
         finally:
-            heartbeat.join()
-            beat.stop()
+            with deferred():
+                beat.stop()
+                if started:
+                    heartbeat.join()
     except optuna.TrialPruned:
         _tell(study, trial, state=TrialState.PRUNED)
-    except KeyboardInterrupt:
-        # It measured nothing: FAIL, marked so that the next run queues it again.
-        with contextlib.suppress(UpdateFinishedTrialError):
-            trial.set_user_attr(record.INTERRUPTED, True)
-        _tell(study, trial, state=TrialState.FAIL)
-        raise
     except Exception as exc:
         if isinstance(exc, UpdateFinishedTrialError):  # failed by another process meanwhile
             _log.warning("trial %d was failed by another process as abandoned", trial.number)
             return
+        if (signame := stop_requested()) is not None:
+            # Cleanup cut short by the stop signal (a server stopping, a request cancelled):
+            # the trial was interrupted, not broken, and one line says what else happened.
+            _log.warning(
+                "trial %d interrupted by %s (then %s: %s)",
+                trial.number,
+                signame,
+                type(exc).__name__,
+                exc,
+            )
+            raise KeyboardInterrupt(signame) from None
         trial.set_user_attr(record.ERROR, f"{type(exc).__name__}: {exc}")
         _tell(study, trial, state=TrialState.FAIL)
         _log.exception("trial %d raised; recorded as FAIL", trial.number)
     else:
         _tell(study, trial, values=list(values))
+
+
+def _record_interrupted(study: optuna.Study, trial: optuna.Trial) -> None:
+    """It measured nothing: FAIL, marked so that the next run queues it again. A signal that
+    follows is ignored (tuner/search/signals.py), so this runs to the end."""
+    with contextlib.suppress(UpdateFinishedTrialError):
+        trial.set_user_attr(record.INTERRUPTED, True)
+    _tell(study, trial, state=TrialState.FAIL)
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, **kw: Any) -> None:
@@ -366,14 +376,7 @@ def summarize(
     study: optuna.Study, study_dir: Path, options: StudyOptions, interrupted: bool = False
 ) -> StudySummary:
     trials = study.get_trials(deepcopy=False)
-    counts: dict[str, int] = {}
-    for t in trials:
-        key = t.state.name
-        if t.state in FINISHED and record.DUPLICATE_OF in t.user_attrs:
-            key = "REPEATED"  # a measured configuration proposed again: result copied
-        elif t.state in FINISHED and t.user_attrs.get(record.OUTCOME) in NOT_LAUNCHED:
-            key = "SKIPPED"  # rejected before launch; does not count against --trials
-        counts[key] = counts.get(key, 0) + 1
+    counts = summary_counts(trials)  # by state, skips and repeats apart (budget.py)
     feasible = [
         t for t in trials if t.state == TrialState.COMPLETE and record.feasible(t.constraints)
     ]

@@ -1,0 +1,142 @@
+"""A stop signal (SIGTERM, SIGHUP, Ctrl-C) never lands inside a storage call: it is delivered
+when the call ends, and the trial it interrupts ends FAIL, marked interrupted, exactly once. The
+signal is raised by the test itself at chosen points (no wall-clock asserts)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from pathlib import Path
+from types import SimpleNamespace
+
+import optuna
+import pytest
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.storages.journal import _file as journal_file
+from optuna.trial import TrialState
+
+from tuner.results import record
+from tuner.search import signals
+from tuner.search.signals import defer_signals_in, deferred, stop_like_ctrl_c
+from tuner.search.study import queue_baseline_and_retries, run_trials
+
+SIG = signal.SIGUSR1
+
+
+@pytest.fixture(autouse=True)
+def stop_on_sigusr1():
+    previous = signal.getsignal(SIG)
+    stop_like_ctrl_c((SIG,))
+    yield
+    signal.signal(SIG, previous)
+    signals._state = signals._State()  # no signal received, for the tests that follow
+
+
+class _SignalInUnlink:
+    """Optuna's journal file module with an `os` whose `unlink` raises SIG once it is armed:
+    inside the lock's release, between its rename and the end of its try block, where a
+    KeyboardInterrupt makes it unlink the file again (FileNotFoundError)."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.fired = 0
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+        if self.armed:
+            self.armed = False
+            self.fired += 1
+            signal.raise_signal(SIG)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+
+@pytest.fixture
+def journal(tmp_path, monkeypatch):
+    fake_os = _SignalInUnlink()
+    monkeypatch.setattr(journal_file, "os", fake_os)
+    path = tmp_path / "s.journal"
+    study = optuna.create_study(
+        storage=JournalStorage(JournalFileBackend(str(path))), directions=["maximize", "minimize"]
+    )
+    defer_signals_in(study._storage)
+    return SimpleNamespace(study=study, path=path, os=fake_os)
+
+
+def _reloaded(path: Path) -> list[optuna.trial.FrozenTrial]:
+    storage = JournalStorage(JournalFileBackend(str(path)))
+    return optuna.load_study(study_name=None, storage=storage).get_trials()
+
+
+def _check_interrupted_once(path: Path) -> None:
+    assert not Path(str(path) + ".lock").exists()
+    trials = _reloaded(path)
+    assert [t.state for t in trials] == [TrialState.FAIL]
+    assert trials[0].user_attrs.get(record.INTERRUPTED) is True
+    assert record.ERROR not in trials[0].user_attrs
+    study = optuna.load_study(
+        study_name=None, storage=JournalStorage(JournalFileBackend(str(path)))
+    )
+    queue_baseline_and_retries(study)
+    queue_baseline_and_retries(study)
+    retries = [t for t in study.get_trials() if t.user_attrs.get(record.RETRY_OF) == 0]
+    assert len(retries) == 1 and retries[0].state == TrialState.WAITING
+
+
+def test_a_signal_inside_a_deferred_block_is_raised_when_the_block_ends():
+    reached = []
+    with pytest.raises(KeyboardInterrupt, match="SIGUSR1"), deferred():
+        with deferred():
+            signal.raise_signal(SIG)
+            reached.append("inner")
+        reached.append("outer")  # the outermost block delivers it
+    assert reached == ["inner", "outer"]
+    signal.raise_signal(SIG)  # the signals that follow are ignored
+
+
+def test_a_signal_inside_the_journal_lock_interrupts_the_trial_after_the_write(journal, caplog):
+    after_write = []
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        journal.os.armed = True
+        trial.set_user_attr("written", 1)  # SIG arrives inside the journal lock's release
+        after_write.append(trial.number)  # never: the interrupt comes as the write ends
+        return 1.0, 1.0
+
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+        run_trials(journal.study, objective, total=1, heartbeat_s=3600)
+    assert journal.os.fired == 1 and not after_write
+    assert not caplog.records  # no "raised; recorded as FAIL", no traceback
+    _check_interrupted_once(journal.path)
+    assert _reloaded(journal.path)[0].user_attrs["written"] == 1
+
+
+def test_a_signal_while_a_trial_is_asked_interrupts_that_trial(journal):
+    journal.os.armed = True  # the ask's write is the first
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        raise AssertionError("the interrupted trial must not run")
+
+    with pytest.raises(KeyboardInterrupt):
+        run_trials(journal.study, objective, total=1, heartbeat_s=3600)
+    assert journal.os.fired == 1
+    _check_interrupted_once(journal.path)
+
+
+def test_an_error_after_the_signal_is_an_interrupt_in_one_line(journal, caplog):
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        try:
+            signal.raise_signal(SIG)  # outside any storage call: raised at once
+        except KeyboardInterrupt:
+            raise RuntimeError("the server did not stop cleanly") from None
+        return 1.0, 1.0
+
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+        run_trials(journal.study, objective, total=1, heartbeat_s=3600)
+    [line] = caplog.records
+    assert line.exc_info is None
+    assert "interrupted by SIGUSR1" in line.getMessage() and "did not stop" in line.getMessage()
+    _check_interrupted_once(journal.path)
