@@ -2,7 +2,7 @@
 
     python benchmarks/tuner_quality.py                       # the full run (README figures)
     python benchmarks/tuner_quality.py --budgets 20,40 --seeds 3 --served 0
-    python benchmarks/tuner_quality.py --fast --out /tmp/q   # seconds; what the test suite runs
+    python benchmarks/tuner_quality.py --fast --out OUT_DIR   # seconds; what the test suite runs
 
 Budgets 20, 40, 80 and 200 trials (200 so that trials-to-95% is measured for the methods that
 take longer than 80), 5 seeds. Methods, each on the same budgets and seeds, all through the real
