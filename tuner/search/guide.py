@@ -81,7 +81,9 @@ class Guide:
         if measured == 0:
             return
         cfg = self.config
-        tried = {_key(t.params) for t in trials}
+        # A queued trial another worker has just asked is RUNNING with its params not yet
+        # suggested: its queued params count as tried, or two workers would launch one pick.
+        tried = {_key(t.params or t.system_attrs.get("fixed_params") or {}) for t in trials}
         guided = sum(1 for t in trials if t.user_attrs.get(GUIDED_BY) == "estimate")
         warm = guided < cfg.warm_start and measured <= cfg.warm_start
         # Between the warm start and the polish, one trial in `estimate_every` is the refitted
