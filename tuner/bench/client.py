@@ -259,8 +259,8 @@ class BenchClient:
         ) as response:
             record.http_status = response.status_code
             if response.status_code != 200:
-                text = (await response.aread())[:300].decode(errors="replace").strip()
-                record.error = f"HTTP {response.status_code}: {text}"
+                detail = (await response.aread())[:300].decode(errors="replace").strip()
+                record.error = f"HTTP {response.status_code}: {detail}"
                 return None
             # Raw bytes skip httpx's text decoding and line splitting; the SSE framing is simple
             # enough to split here, which keeps the client's CPU cost per chunk low.
@@ -388,12 +388,13 @@ def _server_error(event: dict[str, Any]) -> str:
 
 
 def _describe(exc: BaseException) -> str:
-    kind = {
+    kinds: dict[type[BaseException], str] = {
         httpx.ConnectError: "connection refused or failed",
         httpx.ConnectTimeout: "connect timeout",
         httpx.RemoteProtocolError: "disconnected",
         httpx.ReadError: "disconnected",
         httpx.ReadTimeout: "read timeout",
-    }.get(type(exc), type(exc).__name__)
+    }
+    kind = kinds.get(type(exc), type(exc).__name__)
     detail = str(exc).strip()
     return f"{kind}: {detail}" if detail else kind

@@ -229,6 +229,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
                     continue
                 raise
             break
+        else:
+            raise AssertionError("unreachable: only the first attempt is retried")
         framing, length, keep_alive = _framing(request.method, status, headers)
         stream = _Body(self, key, conn, framing, length, keep_alive, timeouts.get("read"))
         return httpx.Response(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import SupportsFloat, SupportsIndex, SupportsInt
 
 from tuner.engines._sglang_versions import canonical_name, load_snapshot, version_key
 from tuner.engines.snapshot import ParserSnapshot
@@ -101,6 +102,20 @@ def _looks_hybrid(given: Mapping[str, object]) -> bool:
     return any(given.get(name) is not None for name in _MAMBA_FLAGS)
 
 
+def _int(value: object) -> int:
+    """int() of a parsed flag value (a number, or a string argparse left unconverted)."""
+    if isinstance(value, str | SupportsInt | SupportsIndex):
+        return int(value)
+    raise TypeError(f"expected a number for an integer flag, got {type(value).__name__}")
+
+
+def _float(value: object) -> float:
+    """float() of a parsed flag value (a number, or a string argparse left unconverted)."""
+    if isinstance(value, str | SupportsFloat | SupportsIndex):
+        return float(value)
+    raise TypeError(f"expected a number for a float flag, got {type(value).__name__}")
+
+
 # --------------------------------------------------------------------------- rules
 
 Rule = Callable[[_Config], list[str]]
@@ -116,17 +131,17 @@ def _hicache_needs_radix_cache(c: _Config) -> list[str]:
 
 
 def _hicache_host_pool_size(c: _Config) -> list[str]:
-    if not c["enable_hierarchical_cache"] or (c["hicache_size"] or 0) > 0:
+    if not c["enable_hierarchical_cache"] or _float(c["hicache_size"] or 0) > 0:
         return []
     ratio = c["hicache_ratio"]
-    if c.legacy_mamba and ratio is not None and float(ratio) < 1.0:
+    if c.legacy_mamba and ratio is not None and _float(ratio) < 1.0:
         # 0.5.1x asserts the host pool is larger than the device pool (0.5.23 only warns).
         return [
             "The host memory should be larger than the device memory with the current protocol "
             f"(hicache_ratio={ratio} < 1)"
         ]
     fraction = c.given.get("hicache_host_memory_fraction")
-    if fraction is not None and not 0 < float(fraction) <= 1:
+    if fraction is not None and not 0 < _float(fraction) <= 1:
         return ["--hicache-host-memory-fraction must be in (0, 1]."]
     return []
 
@@ -159,14 +174,14 @@ def _speculative_topk_backends(c: _Config) -> list[str]:
     if c.speculative not in _EAGLE_FAMILY:
         return []
     topk = c["speculative_eagle_topk"]
-    if topk is None or int(topk) <= 1:
+    if topk is None or _int(topk) <= 1:
         return []
     problems = []
     backend = c["attention_backend"]
     if backend == "trtllm_mha":
         problems.append("trtllm_mha backend only supports topk = 1 for speculative decoding.")
     page_size = c["page_size"]
-    if page_size is not None and int(page_size) > 1 and backend is not None:
+    if page_size is not None and _int(page_size) > 1 and backend is not None:
         if c.legacy_mamba and backend not in ("flashinfer", "fa3"):
             problems.append(
                 "speculative_eagle_topk > 1 with page_size > 1 is unstable and produces "
@@ -205,8 +220,8 @@ def _legacy_mamba(c: _Config, strategy: str) -> list[str]:
             )
         problems += _track_interval(c)
         page_size = c["page_size"]
-        if page_size is not None and int(page_size) > 0:
-            big, small = max(FLA_CHUNK_SIZE, int(page_size)), min(FLA_CHUNK_SIZE, int(page_size))
+        if page_size is not None and _int(page_size) > 0:
+            big, small = max(FLA_CHUNK_SIZE, _int(page_size)), min(FLA_CHUNK_SIZE, _int(page_size))
             if big % small != 0:
                 problems.append(
                     "For SSM models with extra buffer, either FLA_CHUNK_SIZE or page_size must be "
@@ -240,7 +255,7 @@ def _current_mamba(c: _Config, strategy: str) -> list[str]:
             return [f"--mamba-radix-cache-strategy {strategy} needs mamba state, got {c.model}."]
         return []
     page_size = c["page_size"]
-    paged = page_size is not None and int(page_size) > 1
+    paged = page_size is not None and _int(page_size) > 1
     if strategy == "auto":
         # sglang picks extra_buffer when overlap scheduling is on or pages are larger than 1
         # (for models that support it, as the Qwen3.5 family does), else no_buffer with
@@ -269,16 +284,16 @@ def _current_mamba(c: _Config, strategy: str) -> list[str]:
 
 
 def _track_interval(c: _Config) -> list[str]:
-    interval = int(c["mamba_track_interval"] or 256)
+    interval = _int(c["mamba_track_interval"] or 256)
     problems = []
     draft = c["speculative_num_draft_tokens"]
-    if c.speculative is not None and draft is not None and interval < int(draft):
+    if c.speculative is not None and draft is not None and interval < _int(draft):
         problems.append(
             f"mamba_track_interval {interval} must be greater than or equal to "
             f"speculative_num_draft_tokens {draft}"
         )
     page_size = c["page_size"]
-    if page_size is not None and int(page_size) > 0 and interval % int(page_size) != 0:
+    if page_size is not None and _int(page_size) > 0 and interval % _int(page_size) != 0:
         problems.append(
             f"mamba_track_interval {interval} must be divisible by page_size {page_size}"
         )

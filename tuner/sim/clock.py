@@ -76,5 +76,12 @@ class VirtualClock:
     def paced(self) -> float:
         return self.t
 
+    def wall_at(self, model_t: float) -> float:
+        """Every modelled time is reached at once: nothing waits on this clock."""
+        return time.monotonic()
+
+    def wall_delay(self, model_t: float) -> float:
+        return 0.0
+
     def settle(self, model_t: float, count: bool = True) -> None:
         self.t = max(self.t, model_t)

@@ -187,6 +187,7 @@ def plan_memory(config: SimConfig) -> MemoryPlan:
     reserve = 0.0
     slots = 0
     ratio = 1
+    max_running = 0  # hybrid: from the state slots below; otherwise from the token pool
     state_gib = conv_gib = ssm_gib = 0.0
     if model.hybrid:
         ratio = mamba_slot_ratio(config)

@@ -100,7 +100,9 @@ class Metrics:
         scheduler.on_finish = self._finish
 
     def _first_token(self, req: SimRequest) -> None:
-        self.ttft.observe(max(req.first_token_t - req.arrival, 0.0))
+        first = req.first_token_t
+        assert first is not None, "the scheduler stamps first_token_t before on_first_token"
+        self.ttft.observe(max(first - req.arrival, 0.0))
 
     def _release(self, req: SimRequest, new_tokens: int, t: float) -> None:
         if req.released >= 1 and new_tokens > 0:

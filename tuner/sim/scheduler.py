@@ -350,15 +350,16 @@ class Scheduler:
     def _next_waiting(self) -> SimRequest | None:
         if not self.waiting:
             return None
+        cache = self.cache
         if (
             self.config.args.schedule_policy == "lpm"
-            and self.cache is not None
+            and cache is not None
             and len(self.waiting) <= LPM_MAX_QUEUE
         ):
             ready = [r for r in self.waiting if r.arrival <= self.t]
             if not ready:
                 return None
-            best = max(ready, key=lambda r: self.cache.match(r.keys).total_tokens)
+            best = max(ready, key=lambda r: cache.match(r.keys).total_tokens)
             self.waiting.remove(best)
             self.waiting.appendleft(best)
         head = self.waiting[0]
@@ -372,15 +373,15 @@ class Scheduler:
         items: list[tuple[SimRequest, int, int]] = []
         loaded = loaded_states = 0
         if self.chunked is not None:
-            req = self.chunked
-            if req.aborted:
+            chunked = self.chunked
+            if chunked.aborted:
                 self.chunked = None
-                self._finish(req, self.t, error="aborted", insert=False)
+                self._finish(chunked, self.t, error="aborted", insert=False)
             else:
-                n = min(req.prefill_total - req.prefilled, chunk_budget)
+                n = min(chunked.prefill_total - chunked.prefilled, chunk_budget)
                 if not self._ensure_free(n):
                     return None
-                items.append((req, n, req.prefilled))
+                items.append((chunked, n, chunked.prefilled))
                 chunk_budget -= n
                 budget -= n
         reserved = None
@@ -395,6 +396,7 @@ class Scheduler:
             # hold the matched prefix first, so making room cannot evict it
             node, cached, host_part = self._match(req)
             if node is not None:
+                assert self.cache is not None, "_match returns a node only from the prefix cache"
                 self.cache.lock(node, self.t)
             new = max(req.prefill_total - cached, 1)
             cached = req.prefill_total - new

@@ -163,6 +163,20 @@ class SimServer:
         self.ready = True
         logs.emit(logs.READY_LINE)
 
+    @property
+    def _scheduler(self) -> Scheduler:
+        """The scheduler, for the routes that `_not_ready` lets through (after `_load`)."""
+        if self.scheduler is None:
+            raise RuntimeError("the scheduler is not running: the model has not loaded yet")
+        return self.scheduler
+
+    @property
+    def _plan(self) -> MemoryPlan:
+        """The memory plan, for the routes that `_not_ready` lets through (after `_load`)."""
+        if self.plan is None:
+            raise RuntimeError("no memory plan: the model has not loaded yet")
+        return self.plan
+
     def _die(self, failure: StartupFailure) -> None:
         for line in logs.failure_lines(failure, in_scheduler=True):
             sys.stderr.write(line + "\n")
@@ -193,7 +207,7 @@ class SimServer:
         if not_ready:
             return not_ready
         req = self._make_request([tok.word_id("hello")], 1, True, f"health-{uuid.uuid4().hex}")
-        self.scheduler.submit(req)
+        self._scheduler.submit(req)
         while not req.finished:
             await req.event.wait()
             req.event.clear()
@@ -376,7 +390,7 @@ class SimServer:
             count = int(body.get("count", 1))
         except (BadRequest, KeyError, TypeError, ValueError) as exc:
             return _json({"error": {"message": f"bad hold: {exc}"}}, 400)
-        return _json({"key": key, "t": self.scheduler.hold(key, count)})
+        return _json({"key": key, "t": self._scheduler.hold(key, count)})
 
     async def sim_release(self, request: web.Request) -> web.Response:
         not_ready = self._not_ready()
@@ -388,7 +402,7 @@ class SimServer:
             return _json({"error": {"message": str(exc)}}, 400)
         keys = body.get("keys")
         prefix = body.get("prefix")
-        released = self.scheduler.release(
+        released = self._scheduler.release(
             [str(k) for k in keys] if isinstance(keys, list) else None,
             str(prefix) if prefix else None,
         )
@@ -413,7 +427,7 @@ class SimServer:
     def _submit(self, req: SimRequest, sim: tuple[str | None, float | None, bool]) -> None:
         after, at, hold = sim
         req.hold = hold
-        self.scheduler.submit(req, after, at)
+        self._scheduler.submit(req, after, at)
 
     def _sim_stamp(self, req: SimRequest, t: float) -> JSONDict:
         stamp: JSONDict = {"sim_time": t, "sim_arrival": req.arrival}
@@ -425,7 +439,7 @@ class SimServer:
     def _make_request(
         self, prompt: list[int], max_new: int, ignore_eos: bool, rid: str | None
     ) -> SimRequest:
-        plan = self.plan
+        plan = self._plan
         if not prompt:
             raise BadRequest("The input is empty: send text or input_ids")
         if len(prompt) > plan.max_req_input_len:
@@ -449,7 +463,7 @@ class SimServer:
             arrival=self.clock.now(),
             seed=self._req_seq,
         )
-        self.scheduler.prepare(req)
+        self._scheduler.prepare(req)
         return req
 
     def _accept(self, req: SimRequest) -> bool:
@@ -457,7 +471,7 @@ class SimServer:
         self.faults.accept()
         if self.faults.should_fail():
             req.error = "Internal server error (simulated fault)"
-            self.scheduler.record_error(req)
+            self._scheduler.record_error(req)
             return False
         return True
 
@@ -588,7 +602,7 @@ class SimServer:
                 await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
             await resp.write(b"data: [DONE]\n\n")
         except (ConnectionResetError, asyncio.CancelledError):
-            self.scheduler.abort(req)
+            self._scheduler.abort(req)
             raise
         return resp
 
@@ -633,7 +647,7 @@ class SimServer:
                     raise BadRequest("prompt must be a string or a list of token ids")
             limit = body.get("max_completion_tokens") or body.get("max_tokens")
             if limit is None:
-                limit = self.plan.context_len
+                limit = self._plan.context_len
             req = self._make_request(
                 prompt, int(limit), bool(body.get("ignore_eos", False)), body.get("rid")
             )
@@ -744,7 +758,7 @@ class SimServer:
                 await resp.write(frame([], self._usage(req), t=end))
             await resp.write(b"data: [DONE]\n\n")
         except (ConnectionResetError, asyncio.CancelledError):
-            self.scheduler.abort(req)
+            self._scheduler.abort(req)
             raise
         return resp
 
