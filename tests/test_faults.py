@@ -72,7 +72,9 @@ def _freeze_mid_benchmark(load, pid: int, timeout_s: float = 120) -> int:
         if running:
             os.kill(pid, signal.SIGSTOP)
             number = running[0].number
-            if load().get_trials(deepcopy=False)[number].state == TrialState.RUNNING:
+            # Frozen in the middle of a write, the storage may not open this instant: look again.
+            again = load()
+            if again and again.get_trials(deepcopy=False)[number].state == TrialState.RUNNING:
                 return number
             os.kill(pid, signal.SIGCONT)
         time.sleep(0.05)

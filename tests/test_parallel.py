@@ -105,7 +105,8 @@ def _kill_a_worker_mid_trial(study_loader, after_finished: int = 3, timeout_s: f
                 number = running[0].number
                 pid = int(running[0].user_attrs[record.WORKER].rsplit(":", 1)[1])
                 os.kill(pid, signal.SIGSTOP)
-                if study_loader().get_trials(deepcopy=False)[number].state == TrialState.RUNNING:
+                again = study_loader()  # None if the storage cannot open this instant
+                if again and again.get_trials(deepcopy=False)[number].state == TrialState.RUNNING:
                     os.kill(pid, signal.SIGKILL)
                     return number
                 os.kill(pid, signal.SIGCONT)
