@@ -229,6 +229,7 @@ class TrialObjective:
         """Samplers can propose a configuration already measured (discrete spaces, converged
         TPE): copy that result instead of spending a launch on it."""
         flags = trial.user_attrs[record.FLAGS]
+        self._wait_for_identical_running(trial, flags)
         states = (TrialState.COMPLETE, TrialState.PRUNED)
         previous = next(
             (
@@ -262,6 +263,23 @@ class TrialObjective:
             "failed", number=trial.number, outcome="duplicate", message=message, duplicate=True
         )
         raise optuna.TrialPruned(message)
+
+    def _wait_for_identical_running(self, trial: optuna.Trial, flags: Any) -> None:
+        """Another worker may be measuring these very flags (workers propose at the same moment):
+        wait for its result instead of launching them twice. Only earlier trial numbers are
+        waited for, so two workers never wait for each other; a dead worker's trial is failed by
+        the recovery and ends the wait."""
+        deadline = time.monotonic() + _IDENTICAL_WAIT_S
+        while time.monotonic() < deadline:
+            running = trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if not any(
+                t.number < trial.number
+                and t.user_attrs.get(record.FLAGS) == flags
+                and not t.user_attrs.get(record.DUPLICATE_OF)
+                for t in running
+            ):
+                return
+            time.sleep(0.5)
 
     def _check_feasibility(self, trial: optuna.Trial, flags: dict[str, Any]) -> None:
         cfg = self.config
@@ -333,6 +351,9 @@ class TrialObjective:
 
 
 # What a trial measured or was told, as opposed to who ran it and why it was queued.
+# Longest wait for another worker measuring the same flags (a launch plus a benchmark).
+_IDENTICAL_WAIT_S = 1800.0
+
 _RESULT_ATTRS = (
     record.SERVER_ARGS,
     record.OUTCOME,
