@@ -189,30 +189,12 @@ class Guide:
 
 def random_params(space: SearchSpace, rng: random.Random) -> dict[str, Any]:
     """One configuration drawn uniformly (log-uniformly for log ranges), conditions honoured."""
-    values: dict[str, Any] = {}
-    for spec in space.params.values():
-        if not spec.is_active(values):
-            continue
-        if spec.kind == "derived":
-            values[spec.name] = evaluate(spec.derive or "", values)
-        elif spec.kind == "categorical":
-            values[spec.name] = rng.choice(list(spec.choices or ()))
-        else:
-            values[spec.name] = _snap(spec, _draw(spec, rng))
-    return {k: v for k, v in values.items() if space.params[k].kind != "derived"}
+    return _fill(space, {}, rng)
 
 
 def complete_flags(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Any]:
     """The flags a trial with these params passes: active params, derived ones computed."""
-    values: dict[str, Any] = {}
-    for spec in space.params.values():
-        if not spec.is_active(values):
-            continue
-        if spec.kind == "derived":
-            values[spec.name] = evaluate(spec.derive or "", values)
-        elif spec.name in params:
-            values[spec.name] = params[spec.name]
-    return values
+    return _walk(space, params, None)
 
 
 def neighbours(
@@ -241,6 +223,15 @@ def neighbours(
 
 
 def _fill(space: SearchSpace, params: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    values = _walk(space, params, rng)
+    return {k: v for k, v in values.items() if space.params[k].kind != "derived"}
+
+
+def _walk(
+    space: SearchSpace, params: Mapping[str, Any], rng: random.Random | None
+) -> dict[str, Any]:
+    """The active params in sampling order, derived ones computed; with `rng`, an active param
+    missing from `params` gets a random value, without it the param is left out."""
     values: dict[str, Any] = {}
     for spec in space.params.values():
         if not spec.is_active(values):
@@ -249,11 +240,13 @@ def _fill(space: SearchSpace, params: dict[str, Any], rng: random.Random) -> dic
             values[spec.name] = evaluate(spec.derive or "", values)
         elif spec.name in params:
             values[spec.name] = params[spec.name]
+        elif rng is None:
+            continue
         elif spec.kind == "categorical":
             values[spec.name] = rng.choice(list(spec.choices or ()))
         else:
             values[spec.name] = _snap(spec, _draw(spec, rng))
-    return {k: v for k, v in values.items() if space.params[k].kind != "derived"}
+    return values
 
 
 def _draw(spec: ParamSpec, rng: random.Random) -> float:
