@@ -124,13 +124,14 @@ class TrialObjective:
         started = time.monotonic()
         space = self.space
         is_default = bool(trial.user_attrs.get(record.IS_DEFAULT, False))
-        if is_default and _default_already_taken(trial):
-            is_default = False  # two workers queued the baseline at once: run it only once
         if is_default:
             # sglang's defaults: nothing passed; the queued params (tuner/search/baseline.py) only
             # tell the sampler where this configuration sits.
             suggest_queued(trial, space)
             tuned: dict[str, Any] = {}
+            # Two workers queued the baseline at once: the later one has the same flags, so it
+            # waits for the first one's result and reuses it.
+            is_default = not _default_already_taken(trial)
         else:
             tuned = suggest_flags(trial, space)
         flags: dict[str, Any] = {
@@ -229,14 +230,14 @@ class TrialObjective:
         """Samplers can propose a configuration already measured (discrete spaces, converged
         TPE): copy that result instead of spending a launch on it."""
         flags = trial.user_attrs[record.FLAGS]
-        self._wait_for_identical_running(trial, flags)
+        wait_for_identical_running(trial, flags)
         states = (TrialState.COMPLETE, TrialState.PRUNED)
         previous = next(
             (
                 t
                 for t in trial.study.get_trials(deepcopy=False, states=states)
                 if t.user_attrs.get(record.FLAGS) == flags
-                and not t.user_attrs.get(record.DUPLICATE_OF)
+                and record.DUPLICATE_OF not in t.user_attrs
             ),
             None,
         )
@@ -263,23 +264,6 @@ class TrialObjective:
             "failed", number=trial.number, outcome="duplicate", message=message, duplicate=True
         )
         raise optuna.TrialPruned(message)
-
-    def _wait_for_identical_running(self, trial: optuna.Trial, flags: Any) -> None:
-        """Another worker may be measuring these very flags (workers propose at the same moment):
-        wait for its result instead of launching them twice. Only earlier trial numbers are
-        waited for, so two workers never wait for each other; a dead worker's trial is failed by
-        the recovery and ends the wait."""
-        deadline = time.monotonic() + _IDENTICAL_WAIT_S
-        while time.monotonic() < deadline:
-            running = trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            if not any(
-                t.number < trial.number
-                and t.user_attrs.get(record.FLAGS) == flags
-                and not t.user_attrs.get(record.DUPLICATE_OF)
-                for t in running
-            ):
-                return
-            time.sleep(0.5)
 
     def _check_feasibility(self, trial: optuna.Trial, flags: dict[str, Any]) -> None:
         cfg = self.config
@@ -367,6 +351,47 @@ _RESULT_ATTRS = (
     record.TIMINGS,
     record.CONSTRAINTS,
 )
+
+
+def wait_for_identical_running(
+    trial: optuna.Trial, flags: Any, timeout_s: float = _IDENTICAL_WAIT_S, poll_s: float = 0.5
+) -> None:
+    """Another worker may be measuring these very flags (workers propose at the same moment):
+    wait for its result instead of launching them twice.
+
+    Every trial sets its flags before it reads the others, so of two identical trials at
+    least one sees the other. A trial waits for every earlier identical running trial, and
+    records what it decided (`SAME_FLAGS`); it also waits for a later one that decided to
+    launch, which happens only when that one read the study before this one's flags were
+    written. Nobody waits in a circle: a trial that decided to launch waits for no one. A
+    dead worker's trial is failed by the recovery, which ends the wait; the wait is bounded.
+    """
+    deadline = time.monotonic() + timeout_s
+    decided = False
+    while time.monotonic() < deadline:
+        identical = [
+            t
+            for t in trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if t.number != trial.number
+            and t.user_attrs.get(record.FLAGS) == flags
+            and record.DUPLICATE_OF not in t.user_attrs
+        ]
+        blocking = [
+            t
+            for t in identical
+            if t.number < trial.number or t.user_attrs.get(record.SAME_FLAGS) == "launch"
+        ]
+        undecided = [
+            t
+            for t in identical
+            if t.number > trial.number and record.SAME_FLAGS not in t.user_attrs
+        ]
+        if not decided and (blocking or not undecided):
+            trial.set_user_attr(record.SAME_FLAGS, "wait" if blocking else "launch")
+            decided = True
+        if not blocking and not undecided:
+            return
+        time.sleep(poll_s)
 
 
 def _default_already_taken(trial: optuna.Trial) -> bool:
