@@ -32,28 +32,26 @@ def _wait_in_thread(trial: optuna.Trial) -> threading.Thread:
     return thread
 
 
-def test_the_later_trial_waits_for_the_earlier_one():
-    study, earlier, later = _study_with_two_running()
-    thread = _wait_in_thread(later)
+def _assert_waits_until_told(study: optuna.Study, waiter: optuna.Trial, owner: optuna.Trial):
+    thread = _wait_in_thread(waiter)
     time.sleep(0.3)
     assert thread.is_alive()
-    assert later.user_attrs.get(record.SAME_FLAGS) == "wait"
-    study.tell(earlier, [10.0, 1.0])
+    assert waiter.user_attrs.get(record.SAME_FLAGS) == "wait"
+    study.tell(owner, [10.0, 1.0])
     thread.join(5)
     assert not thread.is_alive()
+
+
+def test_the_later_trial_waits_for_the_earlier_one():
+    study, earlier, later = _study_with_two_running()
+    _assert_waits_until_told(study, later, earlier)
 
 
 def test_the_earlier_trial_waits_for_a_later_one_that_read_first_and_launched():
     # The later trial read the study before the earlier one wrote its flags: it saw nobody.
     study, earlier, later = _study_with_two_running()
     later.set_user_attr(record.SAME_FLAGS, "launch")
-    thread = _wait_in_thread(earlier)
-    time.sleep(0.3)
-    assert thread.is_alive()
-    assert earlier.user_attrs.get(record.SAME_FLAGS) == "wait"
-    study.tell(later, [10.0, 1.0])
-    thread.join(5)
-    assert not thread.is_alive()
+    _assert_waits_until_told(study, earlier, later)
 
 
 def test_the_earlier_trial_launches_when_the_later_one_waits_for_it():
