@@ -11,7 +11,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.results import record
-from tuner.search.objective import wait_for_identical_running
+from tuner.search.identical import wait_for_identical_running
 
 FLAGS = {"model_path": "m", "mem_fraction_static": 0.8}
 

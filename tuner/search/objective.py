@@ -27,6 +27,7 @@ from tuner.engines import sglang as engine
 from tuner.launcher import LaunchError
 from tuner.results import record
 from tuner.search.feasibility import CrashModel, LaunchObservation, ModelMemory, estimate_memory
+from tuner.search.identical import default_already_taken, reuse_finished_identical
 from tuner.search.pruning import StagePoint, StagePruner
 from tuner.search.serve import LaunchAndBench, LaunchTarget, Serve, StageHook
 from tuner.search.space import SearchSpace, suggest_flags, suggest_queued
@@ -131,7 +132,7 @@ class TrialObjective:
             tuned: dict[str, Any] = {}
             # Two workers queued the baseline at once: the later one has the same flags, so it
             # waits for the first one's result and reuses it.
-            is_default = not _default_already_taken(trial)
+            is_default = not default_already_taken(trial)
         else:
             tuned = suggest_flags(trial, space)
         flags: dict[str, Any] = {
@@ -229,25 +230,9 @@ class TrialObjective:
     def _reuse_identical_trial(self, trial: optuna.Trial) -> tuple[float, float] | None:
         """Samplers can propose a configuration already measured (discrete spaces, converged
         TPE): copy that result instead of spending a launch on it."""
-        flags = trial.user_attrs[record.FLAGS]
-        wait_for_identical_running(trial, flags)
-        states = (TrialState.COMPLETE, TrialState.PRUNED)
-        previous = next(
-            (
-                t
-                for t in trial.study.get_trials(deepcopy=False, states=states)
-                if t.user_attrs.get(record.FLAGS) == flags
-                and record.DUPLICATE_OF not in t.user_attrs
-            ),
-            None,
-        )
+        previous = reuse_finished_identical(trial)
         if previous is None:
             return None
-        for key in _RESULT_ATTRS:
-            if key in previous.user_attrs:
-                trial.set_user_attr(key, previous.user_attrs[key])
-        trial.set_user_attr(record.DUPLICATE_OF, previous.number)
-        record.set_constraints(trial, record.named_constraints(previous.constraints))
         message = f"same flags as trial {previous.number}: its result is reused"
         if previous.state == TrialState.COMPLETE:
             self._emit(
@@ -336,72 +321,6 @@ class TrialObjective:
 
 # What a trial measured or was told, as opposed to who ran it and why it was queued.
 # Longest wait for another worker measuring the same flags (a launch plus a benchmark).
-_IDENTICAL_WAIT_S = 1800.0
-
-_RESULT_ATTRS = (
-    record.SERVER_ARGS,
-    record.OUTCOME,
-    record.FAILURE_CLASS,
-    record.FAILURE_MSG,
-    record.CAPACITY,
-    record.METRICS,
-    record.STAGES,
-    record.PRUNED,
-    record.PREDICTION,
-    record.TIMINGS,
-    record.CONSTRAINTS,
-)
-
-
-def wait_for_identical_running(
-    trial: optuna.Trial, flags: Any, timeout_s: float = _IDENTICAL_WAIT_S, poll_s: float = 0.5
-) -> None:
-    """Another worker may be measuring these very flags (workers propose at the same moment):
-    wait for its result instead of launching them twice.
-
-    Every trial sets its flags before it reads the others, so of two identical trials at
-    least one sees the other. A trial waits for every earlier identical running trial, and
-    records what it decided (`SAME_FLAGS`); it also waits for a later one that decided to
-    launch, which happens only when that one read the study before this one's flags were
-    written. Nobody waits in a circle: a trial that decided to launch waits for no one. A
-    dead worker's trial is failed by the recovery, which ends the wait; the wait is bounded.
-    """
-    deadline = time.monotonic() + timeout_s
-    decided = False
-    while time.monotonic() < deadline:
-        identical = [
-            t
-            for t in trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            if t.number != trial.number
-            and t.user_attrs.get(record.FLAGS) == flags
-            and record.DUPLICATE_OF not in t.user_attrs
-        ]
-        blocking = [
-            t
-            for t in identical
-            if t.number < trial.number or t.user_attrs.get(record.SAME_FLAGS) == "launch"
-        ]
-        undecided = [
-            t
-            for t in identical
-            if t.number > trial.number and record.SAME_FLAGS not in t.user_attrs
-        ]
-        if not decided and (blocking or not undecided):
-            trial.set_user_attr(record.SAME_FLAGS, "wait" if blocking else "launch")
-            decided = True
-        if not blocking and not undecided:
-            return
-        time.sleep(poll_s)
-
-
-def _default_already_taken(trial: optuna.Trial) -> bool:
-    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
-    return any(
-        t.number < trial.number and t.user_attrs.get(record.IS_DEFAULT)
-        for t in trial.study.get_trials(deepcopy=False, states=states)
-    )
-
-
 def _finite(value: Any) -> float:
     try:
         number = float(value)
