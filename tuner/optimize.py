@@ -55,7 +55,7 @@ def run_optimize(
     except KeyboardInterrupt:  # before the first trial (opening the study) or after the last
         console.print("interrupted: run the same command again to resume")
         return 130
-    print_summary(console, summary, loaded_space)
+    print_summary(console, summary, loaded_space, studies_dir)
     if report and summary.counts.get("COMPLETE", 0):
         path = write_report(
             open_storage(summary.storage, summary.study_name, studies_dir),

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+
 from rich.console import Console
 from rich.table import Table
 
@@ -11,7 +14,9 @@ from tuner.search.options import StudySummary
 from tuner.search.space import SearchSpace
 
 
-def print_summary(console: Console, summary: StudySummary, space: SearchSpace) -> None:
+def print_summary(
+    console: Console, summary: StudySummary, space: SearchSpace, studies_dir: Path
+) -> None:
     counts = ", ".join(f"{n} {state.lower()}" for state, n in sorted(summary.counts.items()))
     console.print(f"study [bold]{summary.study_name}[/bold]: {counts or 'no trials'}")
     thr_name, lat_name = space.objectives.throughput, space.objectives.latency
@@ -22,7 +27,7 @@ def print_summary(console: Console, summary: StudySummary, space: SearchSpace) -
             f"{default.values[1]:.1f} {lat_name}"
         )
     if not summary.pareto:
-        console.print("no feasible completed trial yet")
+        console.print(_nothing_to_export(summary, studies_dir), soft_wrap=True)
     else:
         table = Table(title="Pareto front (feasible trials)")
         table.add_column("trial", justify="right")
@@ -45,6 +50,28 @@ def print_summary(console: Console, summary: StudySummary, space: SearchSpace) -
                 "sglang defaults" if t.user_attrs.get(record.IS_DEFAULT) else format_flags(t.params)
             )
             console.print(f"  trial {t.number}: {flags}", soft_wrap=True)
-    console.print(f"export one with: tuner export --study {summary.study_name} --pick knee")
+    if summary.pareto:
+        console.print(f"export one with: tuner export --study {summary.study_name} --pick knee")
     console.print(f"study directory: {summary.study_dir}")
     console.print(f"storage: {summary.storage_description}")
+
+
+def _nothing_to_export(summary: StudySummary, studies_dir: Path) -> str:
+    """What `tuner export --pick knee` would say now: with SLOs nothing met, the trial that comes
+    closest and an export command with limits it meets (tuner/results/pick.py)."""
+    from tuner.results.pick import NoCandidate, Pick, pick_trial
+    from tuner.results.storage import open_storage
+    from tuner.results.study_records import load_records
+
+    storage = open_storage(summary.storage, summary.study_name, studies_dir)
+    meta, trials = load_records(storage, summary.study_name)
+    try:
+        pick_trial(trials, meta, Pick.KNEE)
+    except NoCandidate as exc:
+        where = ["--study", summary.study_name]
+        if summary.storage:
+            where += ["--storage", summary.storage_description]
+        elif studies_dir != Path("studies"):
+            where += ["--studies-dir", str(studies_dir)]
+        return exc.command(shlex.join(["tuner", "export", *where]))
+    return "no feasible completed trial yet"
