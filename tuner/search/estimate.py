@@ -64,10 +64,15 @@ class Prediction:
     accept_length: float
     queued_ttft_ms: float = 0.0  # a request that waits for a slot (closed loop, clients > cap)
     queued_share: float = 0.0  # share of requests that wait
+    burst_ttft_ms: float = 0.0  # the last of the clients' opening burst to get a first token
 
     def ttft_at(self, quantile: float) -> float:
-        """TTFT at a quantile: the waiting requests' when more than 1 - quantile of them wait."""
-        return self.queued_ttft_ms if self.queued_share > 1.0 - quantile else self.ttft_ms
+        """TTFT at a quantile: the waiting requests' when more than 1 - quantile of them wait;
+        a tail (p90 and up) at least the opening burst's, whose last requests wait for the
+        prefill of all the others."""
+        if self.queued_share > 1.0 - quantile:
+            return max(self.queued_ttft_ms, self.burst_ttft_ms)
+        return max(self.ttft_ms, self.burst_ttft_ms) if quantile >= 0.9 else self.ttft_ms
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,11 @@ class WorkloadShape:
     output: float  # mean output tokens per request
     shareable: float  # mean prompt tokens an earlier request already sent
     working_set: float  # tokens the cache must hold to keep all of them
+    # The clients' opening burst: a first request's prompt, the part of it another client's
+    # first request also sends, and how many distinct such prefixes the burst holds.
+    first_prompt: float = 0.0
+    first_shared: float = 0.0
+    prefixes: int = 1
 
     @classmethod
     def of(cls, workload: Mapping[str, Any], clients: int) -> WorkloadShape:
@@ -107,6 +117,8 @@ class WorkloadShape:
                 output=answer,
                 shareable=sum(shared) / turns,
                 working_set=system + chats * (prompts[-1] + answer - system),
+                first_prompt=prompts[0],
+                first_shared=system,
             )
         if kind == "shared-prefix":
             system = float(workload.get("system_prompt_len", 2048))
@@ -119,9 +131,19 @@ class WorkloadShape:
                 output=out,
                 shareable=system * first_share,
                 working_set=groups * system + clients * (question + out),
+                first_prompt=system + question,
+                first_shared=system,
+                prefixes=min(groups, clients),
             )
         prompt = float(workload.get("input_len", 1024))
-        return cls(prompt=prompt, output=out, shareable=0.0, working_set=clients * (prompt + out))
+        return cls(
+            prompt=prompt,
+            output=out,
+            shareable=0.0,
+            working_set=clients * (prompt + out),
+            first_prompt=prompt,
+            prefixes=clients,
+        )
 
 
 class Estimator:
@@ -184,7 +206,7 @@ class Estimator:
         running = max(1, min(running, int(memory.kv_tokens // max(context, 1)) or 1))
 
         # The prefix cache: how much of the shareable prompt the pools keep.
-        hit_tokens = 0.0
+        hit_tokens, kept = 0.0, 0.0
         if cal.prefix_cache and not flags.get("disable_radix_cache") and shape.shareable > 0:
             capacity = float(memory.kv_tokens)
             if flags.get("enable_hierarchical_cache"):
@@ -225,14 +247,36 @@ class Estimator:
         tpot_ms = 1000 * cycle / shape.output
         waiting = max(self.clients - running, 0)
         ttft_ms = 1000 * prefill_s * (1 + running / 8)
-        queued_ms = ttft_ms + 1000 * waiting / running * cycle
+        burst_tokens = self._burst_tokens(flags, running, kept, chunk)
+        burst_ms = 1000 * max(
+            burst_tokens * 2 * self.params / peak, math.ceil(burst_tokens / chunk) * weights / bw
+        )
+        # The clients start together, so the running requests finish in waves: a request that
+        # finds every slot taken waits for whole turns of the running batch, not a share of one.
+        queued_ms = ttft_ms + 1000 * math.ceil(waiting / running) * cycle
         return Prediction(
             True, throughput, tpot_ms, ttft_ms, running, accepted, queued_ms,
-            waiting / self.clients,
+            waiting / self.clients, burst_ms,
         )  # fmt: skip
 
+    def _burst_tokens(
+        self, flags: Mapping[str, Any], running: int, kept: float, chunk: float
+    ) -> float:
+        """Prompt tokens prefilled before the last of the opening burst's requests (one per
+        running slot) gets its first token. A prefix is cached once a prefill ends, so the
+        requests prefilled in the same chunk as a prefix's first, and every request when the
+        cache keeps a hybrid model's state only at request ends (no_buffer), send it again."""
+        shape = self.shape
+        shared = shape.first_shared * kept
+        if self.model.hybrid and flags.get("mamba_radix_cache_strategy") == "no_buffer":
+            shared = 0.0
+        together = max(1, int(chunk // max(shape.first_prompt, 1.0)))
+        repeats = min(running, max(shape.prefixes, together))
+        return running * (shape.first_prompt - shared) + repeats * shared
+
     def score(self, flags: Mapping[str, Any]) -> float:
-        """Predicted throughput within the space's SLOs (TTFT and TPOT limits), else a penalty."""
+        """Predicted throughput within the space's SLOs (TTFT and TPOT limits), else a penalty
+        that grows with the predicted violation."""
         prediction = self.predict(flags)
         if not prediction.fits:
             return -1.0
@@ -248,7 +292,9 @@ class Estimator:
             if value is not None:
                 value *= self.slo_scale.get(slo.metric, 1.0)
             if value is not None and slo.op == "<=" and value > slo.limit:
-                return prediction.throughput * correction * 0.05
+                # Below any configuration within the SLOs, and lower the further out it is, so
+                # that a search over the estimate is led back inside.
+                return prediction.throughput * correction * 0.05 * slo.limit / value
         return prediction.throughput * correction
 
     # -- calibration --------------------------------------------------------------------------
