@@ -6,7 +6,9 @@
 - **Warm start** (needs an `Estimator`, tuner/search/estimate.py): the `warm_start` trials after
   sglang's defaults are the estimate's best configurations not yet tried, each chosen after the
   estimate was refitted to everything measured so far (bandwidth fraction, prefill cost,
-  speculative acceptance, and a correction per categorical value). Until the polish starts, one
+  speculative acceptance, prefix reuse, and a correction per categorical value). The best is
+  searched on the estimate alone: random candidates (range ends drawn often), then hill climbs
+  from the best few and from the best with each categorical choice. Until the polish starts, one
   trial in `estimate_every` is again the refitted estimate's best untried configuration. The
   sampler explores the others, and sees the guided trials like its own.
 - **Polish** (from `polish_from` measured trials on, every `polish_every`-th trial): a one-step
