@@ -74,14 +74,19 @@ class Prediction:
     queued_share: float = 0.0  # share of requests that wait
     burst_ttft_ms: float = 0.0  # the last of the clients' opening burst to get a first token
     hit_rate: float = 0.0  # share of prompt tokens served from the prefix cache
+    burst_share: float = 0.0  # share of the benchmark's requests in the opening burst
 
     def ttft_at(self, quantile: float) -> float:
         """TTFT at a quantile: the waiting requests' when more than 1 - quantile of them wait;
-        a tail (p90 and up) at least the opening burst's, whose last requests wait for the
-        prefill of all the others."""
-        if self.queued_share > 1.0 - quantile:
-            return max(self.queued_ttft_ms, self.burst_ttft_ms)
-        return max(self.ttft_ms, self.burst_ttft_ms) if quantile >= 0.9 else self.ttft_ms
+        at least the opening burst's at that quantile when the burst holds more than 1 -
+        quantile of the requests (its k-th request waits for the prefill of the k - 1 before)."""
+        tail = 1.0 - quantile
+        burst = 0.0
+        if self.burst_share > tail:
+            burst = self.burst_ttft_ms * (1.0 - tail / self.burst_share)
+        if self.queued_share > tail:
+            return max(self.queued_ttft_ms, burst)
+        return max(self.ttft_ms, burst)
 
 
 @dataclass(frozen=True)
@@ -209,6 +214,7 @@ class Estimator:
         return Prediction(
             True, throughput, tpot_ms, ttft_ms, running, accepted, queued_ms,
             waiting / self.clients, burst_ms, hit_tokens / max(shape.prompt, 1.0),
+            min(1.0, running / max(shape.requests, 1)),
         )  # fmt: skip
 
     def _burst_tokens(

@@ -24,6 +24,7 @@ class WorkloadShape:
     first_prompt: float = 0.0
     first_shared: float = 0.0
     prefixes: int = 1
+    requests: int = 200  # requests the benchmark sends (the burst is `clients` of them)
 
     @classmethod
     def of(cls, workload: Mapping[str, Any], clients: int) -> WorkloadShape:
@@ -44,6 +45,7 @@ class WorkloadShape:
                 working_set=system + chats * (prompts[-1] + answer - system),
                 first_prompt=prompts[0],
                 first_shared=system,
+                requests=int(workload.get("conversations", 16)) * turns,
             )
         if kind == "shared-prefix":
             system = float(workload.get("system_prompt_len", 2048))
@@ -59,6 +61,7 @@ class WorkloadShape:
                 first_prompt=system + question,
                 first_shared=system,
                 prefixes=min(groups, clients),
+                requests=groups * per_group,
             )
         prompt = float(workload.get("input_len", 1024))
         return cls(
@@ -68,4 +71,5 @@ class WorkloadShape:
             working_set=clients * (prompt + out),
             first_prompt=prompt,
             prefixes=clients,
+            requests=int(workload.get("requests") or workload.get("num_requests") or 200),
         )
