@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,13 +177,13 @@ class Guide:
             if _key(start) not in climbed:
                 climbed.add(_key(start))
                 self._climb(start, score)
-        untried = [
-            (value, params) for params in self._seen.values() if _key(params) not in tried
-            if (value := score(params)) > -math.inf
-        ]  # fmt: skip
-        return max(untried, key=lambda pair: pair[0])[1] if untried else None
+        # Earlier picks' climbs stay candidates: the refitted estimate may rank them first now.
+        untried = [params for key, params in self._seen.items() if key not in tried]
+        return max(untried, key=score) if untried else None
 
-    def _climb(self, params: dict[str, Any], score: Any, limit: int = 30) -> None:
+    def _climb(
+        self, params: dict[str, Any], score: Callable[[dict[str, Any]], float], limit: int = 30
+    ) -> None:
         """Hill-climb on the estimate from `params`: each step to the best configuration one
         param away (`neighbours` with a sweep of each number's range), until none scores
         higher; every configuration scored is kept."""
