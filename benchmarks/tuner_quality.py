@@ -473,7 +473,7 @@ def run_study(
     guide = make_guide(space, options, *memory_inputs(space, options))
     if guide is not None and guide.estimator is not None and method.wrong_estimate:
         guide.estimator.bias = Calibration(0.6, prefill_fraction=1.0, accept_rate=0.7)
-        guide.estimator.calibration = Calibration(prefix_cache=False)
+        guide.estimator.calibration = Calibration(prefix_reuse=0.0)
     if nested:
         for params in nested_grid(space)[:budget]:
             study.enqueue_trial(params)

@@ -80,7 +80,7 @@ def test_the_estimate_prefers_more_running_requests_and_the_prefix_cache():
     few = est.predict({"max_running_requests": 8})
     many = est.predict({"max_running_requests": 64})
     assert many.throughput > 2 * few.throughput and few.tpot_ms < many.tpot_ms
-    blind = _estimator(prefix_cache=False).predict({"max_running_requests": 64})
+    blind = _estimator(prefix_reuse=0.0).predict({"max_running_requests": 64})
     assert blind.throughput < many.throughput
 
 

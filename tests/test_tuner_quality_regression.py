@@ -1,18 +1,20 @@
 """Tuner quality as a regression test: `tuner optimize`'s defaults against random search.
 
 A seeded, oracle-backed run of benchmarks/tuner_quality.py's harness (the real objective and
-study loop, no server launched; the headless oracle judges the seed space as shipped): at 40
-launched trials the default must reach 0.9 of the best SLO-feasible throughput known (median
-over 3 seeds) and beat random search by MARGIN. About 60 s on a busy 2-core box.
+study loop, no server launched; the headless oracle judges the seed space as shipped): the
+default must reach 0.95 of the best SLO-feasible throughput known at 40 launched trials and 0.9
+at 20 (median over 3 seeds), and beat random search at 40 by MARGIN. About 60 s on a busy
+2-core box.
 
-The margin comes from the measured spread (README, "How good is the tuner", 10 seeds at 40
-trials on the headless oracle): random search reaches 0.770 of the optimum in 8 seeds (0 in 2),
-the default 0.777 in its median seed and 0.99-1.00 in seeds 0 and 2. Seeds 0-2 give the default a
-median of 0.99 and random search 0.77, so a margin of 0.1 fails whenever the default is no
-better than random search. Checked once: with `tuner optimize`'s defaults set to random search
-(StudyOptions sampler "random", warm_start and polish False) it fails. Swapping only the sampler
-leaves it green: the warm start, not TPE, finds the better region. The seeds are favourable ones:
-over 10 seeds the default's median is still 0.777 (README).
+The figures come from the measured spread (benchmarks/results/tuner_quality.md, 10 seeds at 20
+and 40 trials on the headless oracle): random search reaches 0.770 of the optimum in 8 seeds (0
+in 2); the default 1.000 in every seed at 40 trials and 0.992-1.000 at 20 (95% within 2-9
+trials), because the estimate's warm start predicts the SLO (p99 TTFT of a closed loop: a
+client without a slot waits a whole turn of the running batch) and is searched by hill climbs,
+not by ranking random draws alone. Seeds 0-2 give the default 1.000 and random search 0.770, so
+MARGIN 0.15 fails whenever the default is no better than random search; with `tuner optimize`'s
+defaults set to random search (StudyOptions sampler "random", warm_start and polish False) it
+fails.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 BUDGET = 40
+EARLY = 20  # the issue's smaller budget: the default must be close by then too
 SEEDS = (0, 1, 2)
-MARGIN = 0.1
+MARGIN = 0.15
 # The best SLO-feasible configuration of the seed space that benchmarks/tuner_quality.py found.
 BEST_KNOWN = {
     "speculative_algorithm": "NEXTN",
@@ -70,9 +73,13 @@ def test_the_default_beats_random_search_at_40_trials(quality):
         for name in ("default", "random")
     }
     optimum = quality.summarize_optimum(oracle, 0.0)
-    best = {  # best-so-far after BUDGET launched trials, over the optimum
-        name: statistics.median(quality.best_so_far(r, optimum)[:BUDGET][-1] for r in rs)
-        for name, rs in runs.items()
-    }
-    assert best["default"] >= 0.9, best
+    best, early = (
+        {  # best-so-far after `budget` launched trials, over the optimum
+            name: statistics.median(quality.best_so_far(r, optimum)[:budget][-1] for r in rs)
+            for name, rs in runs.items()
+        }
+        for budget in (BUDGET, EARLY)
+    )
+    assert best["default"] >= 0.95, best
+    assert early["default"] >= 0.9, early
     assert best["default"] >= best["random"] + MARGIN, best

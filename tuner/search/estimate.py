@@ -9,6 +9,8 @@ of the space. What it does not know, it fits to the trials measured so far:
 - `prefill_fraction`: the share of the bf16 peak a prefill reaches;
 - `accept_rate`: the chance each draft token is accepted (speculation); sglang reports the
   accept length of every speculative run, and the record keeps it as `accept_length`;
+- `prefix_reuse`: the share of the modelled prefix-cache hits that happen, from the cache hit
+  rate the benchmark reports (the tokens sglang says it served from cache), when it reports any;
 - a correction per categorical value (e.g. a Mamba cache strategy, HiCache on), learned from the
   residuals of the measured trials, for what the formulas below leave out.
 
@@ -19,7 +21,10 @@ The model (a closed loop of C clients; `running` requests decode together, the o
     accepted  = 1 + p + p^2 + ... + p^steps tokens per step and request (speculation)
     prefill   = uncached prompt tokens x 2 x params / (peak x prefill fraction), per request
     cycle     = running x prefill + output / accepted x step       (GPU time for `running` requests)
-    output/s  = running x output / cycle;  TPOT = cycle / output;  TTFT = prefill + queueing
+    output/s  = running x output / cycle;  TPOT = cycle / output
+    TTFT      = prefill, + ceil(waiting / running) x cycle for a request that finds no free slot
+                (the clients start together, so slots free up in waves); a tail TTFT is at
+                least the opening burst's: every client's uncached first prompt prefilled
 
 The prefix cache: the share of a prompt that earlier requests already sent (a shared system
 prompt, a conversation's history), scaled down when the cache (KV pool, plus host memory with
@@ -38,6 +43,7 @@ from tuner.engines.model_config import ModelMemory
 from tuner.search.feasibility import estimate_memory
 from tuner.search.gpu_specs import GpuSpec
 from tuner.search.space import SearchSpace
+from tuner.search.workload_shape import WorkloadShape
 
 GB = 1e9
 STEP_OVERHEAD_S = 0.0015  # one CUDA-graph replay and the scheduler's work around it
@@ -51,7 +57,9 @@ class Calibration:
     bandwidth_fraction: float = 0.75
     prefill_fraction: float = 0.5
     accept_rate: float = 0.7
-    prefix_cache: bool = True  # False: the estimate ignores the prefix cache (robustness runs)
+    # Share of the modelled prefix-cache hits that happen (0: the estimate ignores the prefix
+    # cache, as robustness runs start); refit to the cache hit rate the benchmark measures.
+    prefix_reuse: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -64,10 +72,21 @@ class Prediction:
     accept_length: float
     queued_ttft_ms: float = 0.0  # a request that waits for a slot (closed loop, clients > cap)
     queued_share: float = 0.0  # share of requests that wait
+    burst_ttft_ms: float = 0.0  # the last of the clients' opening burst to get a first token
+    hit_rate: float = 0.0  # share of prompt tokens served from the prefix cache
+    burst_share: float = 0.0  # share of the benchmark's requests in the opening burst
 
     def ttft_at(self, quantile: float) -> float:
-        """TTFT at a quantile: the waiting requests' when more than 1 - quantile of them wait."""
-        return self.queued_ttft_ms if self.queued_share > 1.0 - quantile else self.ttft_ms
+        """TTFT at a quantile: the waiting requests' when more than 1 - quantile of them wait;
+        at least the opening burst's at that quantile when the burst holds more than 1 -
+        quantile of the requests (its k-th request waits for the prefill of the k - 1 before)."""
+        tail = 1.0 - quantile
+        burst = 0.0
+        if self.burst_share > tail:
+            burst = self.burst_ttft_ms * (1.0 - tail / self.burst_share)
+        if self.queued_share > tail:
+            return max(self.queued_ttft_ms, burst)
+        return max(self.ttft_ms, burst)
 
 
 @dataclass(frozen=True)
@@ -81,47 +100,6 @@ class Observation:
     accept_length: float | None
     params: Mapping[str, Any] | None = None  # the trial's sampled params (categoricals learned)
     metrics: Mapping[str, Any] | None = None  # the benchmark summary (SLO metrics learned)
-
-
-@dataclass(frozen=True)
-class WorkloadShape:
-    prompt: float  # mean prompt tokens per request
-    output: float  # mean output tokens per request
-    shareable: float  # mean prompt tokens an earlier request already sent
-    working_set: float  # tokens the cache must hold to keep all of them
-
-    @classmethod
-    def of(cls, workload: Mapping[str, Any], clients: int) -> WorkloadShape:
-        kind = workload.get("kind", "random")
-        out = float(workload.get("output_len") or 256)
-        if kind == "multi-turn":
-            turns = int(workload.get("turns", 4))
-            system = float(workload.get("system_prompt_len", 2048))
-            user = float(workload.get("user_len", 256))
-            answer = float(workload.get("answer_len", 256))
-            prompts = [system + k * (user + answer) + user for k in range(turns)]
-            shared = [system + k * (user + answer) for k in range(turns)]
-            chats = min(int(workload.get("conversations", 16)), clients)
-            return cls(
-                prompt=sum(prompts) / turns,
-                output=answer,
-                shareable=sum(shared) / turns,
-                working_set=system + chats * (prompts[-1] + answer - system),
-            )
-        if kind == "shared-prefix":
-            system = float(workload.get("system_prompt_len", 2048))
-            question = float(workload.get("question_len", 128))
-            groups = int(workload.get("groups", 8))
-            per_group = int(workload.get("prompts_per_group", 16))
-            first_share = (per_group - 1) / per_group
-            return cls(
-                prompt=system + question,
-                output=out,
-                shareable=system * first_share,
-                working_set=groups * system + clients * (question + out),
-            )
-        prompt = float(workload.get("input_len", 1024))
-        return cls(prompt=prompt, output=out, shareable=0.0, working_set=clients * (prompt + out))
 
 
 class Estimator:
@@ -184,13 +162,14 @@ class Estimator:
         running = max(1, min(running, int(memory.kv_tokens // max(context, 1)) or 1))
 
         # The prefix cache: how much of the shareable prompt the pools keep.
-        hit_tokens = 0.0
-        if cal.prefix_cache and not flags.get("disable_radix_cache") and shape.shareable > 0:
+        hit_tokens, kept = 0.0, 0.0
+        reuse = max(cal.prefix_reuse, 0.0)
+        if reuse > 0 and not flags.get("disable_radix_cache") and shape.shareable > 0:
             capacity = float(memory.kv_tokens)
             if flags.get("enable_hierarchical_cache"):
                 capacity *= 1.0 + float(flags.get("hicache_ratio") or 2.0)
-            kept = min(1.0, capacity / max(shape.working_set, 1.0))
-            hit_tokens = shape.shareable * kept
+            kept = min(1.0, capacity / max(shape.working_set, 1.0)) * reuse
+            hit_tokens = min(shape.shareable * kept, shape.prompt)
             if self.model.hybrid and flags.get("mamba_radix_cache_strategy") == "no_buffer":
                 hit_tokens *= 0.5  # state is cached only at request ends
         new_tokens = max(shape.prompt - hit_tokens, 1.0)
@@ -225,14 +204,37 @@ class Estimator:
         tpot_ms = 1000 * cycle / shape.output
         waiting = max(self.clients - running, 0)
         ttft_ms = 1000 * prefill_s * (1 + running / 8)
-        queued_ms = ttft_ms + 1000 * waiting / running * cycle
+        burst_tokens = self._burst_tokens(flags, running, kept, chunk)
+        burst_ms = 1000 * max(
+            burst_tokens * 2 * self.params / peak, math.ceil(burst_tokens / chunk) * weights / bw
+        )
+        # The clients start together, so the running requests finish in waves: a request that
+        # finds every slot taken waits for whole turns of the running batch, not a share of one.
+        queued_ms = ttft_ms + 1000 * math.ceil(waiting / running) * cycle
         return Prediction(
             True, throughput, tpot_ms, ttft_ms, running, accepted, queued_ms,
-            waiting / self.clients,
+            waiting / self.clients, burst_ms, hit_tokens / max(shape.prompt, 1.0),
+            min(1.0, running / max(shape.requests, 1)),
         )  # fmt: skip
 
+    def _burst_tokens(
+        self, flags: Mapping[str, Any], running: int, kept: float, chunk: float
+    ) -> float:
+        """Prompt tokens prefilled before the last of the opening burst's requests (one per
+        running slot) gets its first token. A prefix is cached once a prefill ends, so the
+        requests prefilled in the same chunk as a prefix's first, and every request when the
+        cache keeps a hybrid model's state only at request ends (no_buffer), send it again."""
+        shape = self.shape
+        shared = min(shape.first_shared * kept, shape.first_prompt)
+        if self.model.hybrid and flags.get("mamba_radix_cache_strategy") == "no_buffer":
+            shared = 0.0
+        together = max(1, int(chunk // max(shape.first_prompt, 1.0)))
+        repeats = min(running, max(shape.prefixes, together))
+        return running * (shape.first_prompt - shared) + repeats * shared
+
     def score(self, flags: Mapping[str, Any]) -> float:
-        """Predicted throughput within the space's SLOs (TTFT and TPOT limits), else a penalty."""
+        """Predicted throughput within the space's SLOs (TTFT and TPOT limits), else a penalty
+        that grows with the predicted violation."""
         prediction = self.predict(flags)
         if not prediction.fits:
             return -1.0
@@ -248,7 +250,9 @@ class Estimator:
             if value is not None:
                 value *= self.slo_scale.get(slo.metric, 1.0)
             if value is not None and slo.op == "<=" and value > slo.limit:
-                return prediction.throughput * correction * 0.05
+                # Below any configuration within the SLOs, and lower the further out it is, so
+                # that a search over the estimate is led back inside.
+                return prediction.throughput * correction * 0.05 * slo.limit / value
         return prediction.throughput * correction
 
     # -- calibration --------------------------------------------------------------------------
@@ -266,6 +270,7 @@ class Estimator:
         cal = self.calibration
         if accepts:
             cal = replace(cal, accept_rate=_fit_accept_rate(accepts) / self.bias.accept_rate)
+        cal = self._fit_prefix_reuse(plain, cal)
         best = (math.inf, cal)
         # Fractions of the spec-sheet figures; above 1 when the table (or a bias) understates.
         for bw in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5, 2.0):
@@ -284,6 +289,22 @@ class Estimator:
         self.calibration = best[1]
         self._learn_corrections(plain)
         self._learn_slo_scale(plain)
+
+    def _fit_prefix_reuse(
+        self, observations: Sequence[Observation], cal: Calibration
+    ) -> Calibration:
+        """Measured over modelled (at full reuse) cache hit rate, when the benchmark reports
+        hits at all (a server that reports no cached tokens says nothing about its cache)."""
+        measured = [float((o.metrics or {}).get("cache_hit_rate") or 0.0) for o in observations]
+        if max(measured, default=0.0) <= 0.01:
+            return cal
+        self.calibration = replace(cal, prefix_reuse=1.0)
+        modelled = [self.predict(o.flags) for o in observations]
+        pairs = [(m, p.hit_rate) for m, p in zip(measured, modelled, strict=True) if p.fits]
+        total = sum(p for _, p in pairs)
+        if total <= 0:
+            return cal
+        return replace(cal, prefix_reuse=min(sum(m for m, _ in pairs) / total, 1.5))
 
     def _learn_slo_scale(self, observations: Sequence[Observation]) -> None:
         """Median of measured / predicted for each latency SLO metric, from 2 trials on."""

@@ -6,7 +6,9 @@
 - **Warm start** (needs an `Estimator`, tuner/search/estimate.py): the `warm_start` trials after
   sglang's defaults are the estimate's best configurations not yet tried, each chosen after the
   estimate was refitted to everything measured so far (bandwidth fraction, prefill cost,
-  speculative acceptance, and a correction per categorical value). Until the polish starts, one
+  speculative acceptance, prefix reuse, and a correction per categorical value). The best is
+  searched on the estimate alone: random candidates (range ends drawn often), then hill climbs
+  from the best few and from the best with each categorical choice. Until the polish starts, one
   trial in `estimate_every` is again the refitted estimate's best untried configuration. The
   sampler explores the others, and sees the guided trials like its own.
 - **Polish** (from `polish_from` measured trials on, every `polish_every`-th trial): a one-step
@@ -24,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +55,10 @@ class GuideConfig:
     polish_every: int = 2  # then one trial in this many is a neighbour of the best
     estimate_every: int = 4  # between the two, one trial in this many is the estimate's (0: none)
     candidates: int = 3000  # random configurations the estimate ranks
+    # Each number of a candidate is one of its range's ends this often: optima sit there often
+    # (the largest memory fraction, a cap at the client count), and a uniform draw seldom does.
+    ends: float = 0.3
+    climbs: int = 4  # the best candidates, each then hill-climbed on the estimate
 
 
 class Guide:
@@ -68,6 +74,7 @@ class Guide:
         self.config = config or GuideConfig()
         self.rng = random.Random(seed)
         self._candidates: list[dict[str, Any]] | None = None
+        self._seen: dict[tuple[Any, ...], dict[str, Any]] = {}  # configurations the climbs scored
         self._fitted_on = -1
 
     # -- the hook --------------------------------------------------------------------------
@@ -144,16 +151,52 @@ class Guide:
         assert self.estimator is not None
         if self._candidates is None:
             self._candidates = [
-                random_params(self.space, self.rng) for _ in range(self.config.candidates)
+                random_params(self.space, self.rng, ends=self.config.ends)
+                for _ in range(self.config.candidates)
             ]
-        best, best_score = None, -math.inf
-        for params in self._candidates:
-            if _key(params) in tried:
-                continue
-            score = self.estimator.score(self._flags(params))
-            if score > best_score:
-                best, best_score = params, score
-        return best
+        estimator = self.estimator
+        scores: dict[tuple[Any, ...], float] = {}
+
+        def score(params: dict[str, Any]) -> float:
+            key = _key(params)
+            if key not in scores:
+                scores[key] = estimator.score(self._flags(params))
+            return scores[key]
+
+        ranked = sorted(self._candidates, key=score, reverse=True)
+        # Random configurations seldom hold the optimum's exact corner (a cap at the client
+        # count, the largest memory fraction): climb from the best few, one move at a time,
+        # and from the best with each categorical choice (the climbs end on different hills).
+        starts = ranked[: self.config.climbs]
+        for name, spec in self.space.params.items():
+            for choice in spec.choices or () if spec.kind == "categorical" else ():
+                with_it = (p for p in ranked if name in p and same_value(p[name], choice))
+                starts.append(next(with_it, ranked[0]))
+        climbed: set[tuple[Any, ...]] = set()
+        for start in starts:
+            if _key(start) not in climbed:
+                climbed.add(_key(start))
+                self._climb(start, score)
+        # Earlier picks' climbs stay candidates: the refitted estimate may rank them first now.
+        untried = [params for key, params in self._seen.items() if key not in tried]
+        return max(untried, key=score) if untried else None
+
+    def _climb(
+        self, params: dict[str, Any], score: Callable[[dict[str, Any]], float], limit: int = 30
+    ) -> None:
+        """Hill-climb on the estimate from `params`: each step to the best configuration one
+        param away (`neighbours` with a sweep of each number's range), until none scores
+        higher; every configuration scored is kept."""
+        current = params
+        self._seen[_key(current)] = current
+        for _ in range(limit):
+            moves = neighbours(self.space, current, self.rng, sweep=True)
+            for move in moves:
+                self._seen.setdefault(_key(move), move)
+            best = max(moves, key=score, default=None)
+            if best is None or score(best) <= score(current):
+                return
+            current = best
 
     # -- the polish ------------------------------------------------------------------------
 
@@ -187,9 +230,10 @@ class Guide:
 # ---- configurations of the space, without Optuna ------------------------------------------
 
 
-def random_params(space: SearchSpace, rng: random.Random) -> dict[str, Any]:
-    """One configuration drawn uniformly (log-uniformly for log ranges), conditions honoured."""
-    return _fill(space, {}, rng)
+def random_params(space: SearchSpace, rng: random.Random, ends: float = 0.0) -> dict[str, Any]:
+    """One configuration drawn uniformly (log-uniformly for log ranges), conditions honoured;
+    each number is one of its range's two ends with probability `ends`."""
+    return _fill(space, {}, rng, ends)
 
 
 def complete_flags(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -198,11 +242,12 @@ def complete_flags(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, A
 
 
 def neighbours(
-    space: SearchSpace, params: Mapping[str, Any], rng: random.Random
+    space: SearchSpace, params: Mapping[str, Any], rng: random.Random, sweep: bool = False
 ) -> list[dict[str, Any]]:
     """One-step moves from `params`: each categorical to each other choice, each number up and
-    down by about a tenth of its range (at least one step). Params a move makes active get a
-    random value."""
+    down by about a tenth of its range (at least one step), and with `sweep` also to each of
+    up to 12 values across its range, ends included. Params a move makes active get a random
+    value."""
     out: list[dict[str, Any]] = []
     for name, value in params.items():
         spec = space.params.get(name)
@@ -216,19 +261,23 @@ def neighbours(
                 moved = _step(spec, float(value), direction)
                 if moved != value:
                     moves.append(moved)
+            if sweep:
+                moves += [v for v in _grid(spec) if v != value and v not in moves]
         for moved in moves:
             candidate = {**params, name: moved}
             out.append(_fill(space, candidate, rng))
     return out
 
 
-def _fill(space: SearchSpace, params: dict[str, Any], rng: random.Random) -> dict[str, Any]:
-    values = _walk(space, params, rng)
+def _fill(
+    space: SearchSpace, params: dict[str, Any], rng: random.Random, ends: float = 0.0
+) -> dict[str, Any]:
+    values = _walk(space, params, rng, ends)
     return {k: v for k, v in values.items() if space.params[k].kind != "derived"}
 
 
 def _walk(
-    space: SearchSpace, params: Mapping[str, Any], rng: random.Random | None
+    space: SearchSpace, params: Mapping[str, Any], rng: random.Random | None, ends: float = 0.0
 ) -> dict[str, Any]:
     """The active params in sampling order, derived ones computed; with `rng`, an active param
     missing from `params` gets a random value, without it the param is left out."""
@@ -244,9 +293,20 @@ def _walk(
             continue
         elif spec.kind == "categorical":
             values[spec.name] = rng.choice(list(spec.choices or ()))
+        elif rng.random() < ends:
+            values[spec.name] = _snap(spec, float(rng.choice([spec.low, spec.high]) or 0))
         else:
             values[spec.name] = _snap(spec, _draw(spec, rng))
     return values
+
+
+def _grid(spec: ParamSpec, points: int = 12) -> list[Any]:
+    low, high = float(spec.low or 0), float(spec.high or 0)
+    if spec.log and low > 0:
+        raw = [low * (high / low) ** (i / (points - 1)) for i in range(points)]
+    else:
+        raw = [low + (high - low) * i / (points - 1) for i in range(points)]
+    return list(dict.fromkeys(_snap(spec, v) for v in raw))
 
 
 def _draw(spec: ParamSpec, rng: random.Random) -> float:

@@ -1,0 +1,103 @@
+"""The estimate's TTFT tail, its fitted prefix reuse, and the guide's search over it
+(tuner/search/estimate.py, workload_shape.py, guide.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tuner.engines.model_config import ModelMemory
+from tuner.search.estimate import Calibration, Estimator, Observation
+from tuner.search.gpu_specs import gpu_spec
+from tuner.search.guide import Guide, GuideConfig, random_params
+from tuner.search.space_load import load_space
+from tuner.search.workload_shape import WorkloadShape
+
+# Qwen3-8B-like shape: 16.4 GB of bf16 weights, 36 layers x 8 KV heads x 128 x 2 x 2 bytes.
+MODEL = ModelMemory(weight_bytes=16.4e9, kv_bytes_per_token=36 * 8 * 128 * 2 * 2)
+
+
+def _estimator(**calibration) -> Estimator:
+    space = load_space("qwen3-8b-h200")  # 64 clients, shared-prefix workload, p99 TTFT SLO
+    gpu = gpu_spec("NVIDIA H200")
+    assert gpu is not None
+    return Estimator(space, MODEL, gpu, 150.0, Calibration(**calibration))
+
+
+def test_one_client_without_a_slot_waits_a_whole_turn_of_the_running_batch():
+    est = _estimator()
+    full = est.predict({"max_running_requests": 64})
+    one_short = est.predict({"max_running_requests": 63})
+    assert one_short.queued_share > 0.01
+    cycle_ms = 1000 * one_short.running * 256 / one_short.throughput  # 256 output tokens
+    assert one_short.ttft_at(0.99) >= cycle_ms
+    assert one_short.ttft_at(0.99) > 2 * full.ttft_at(0.99)
+
+
+def test_the_tail_ttft_includes_the_opening_burst_and_larger_chunks_share_less():
+    est = _estimator()
+    small = est.predict({"max_running_requests": 64, "chunked_prefill_size": 2048})
+    large = est.predict({"max_running_requests": 64, "chunked_prefill_size": 16384})
+    # 64 of the 256 requests are the burst: its p99 is its 96th percentile.
+    assert small.burst_share == 0.25
+    assert small.ttft_at(0.99) == pytest.approx(small.burst_ttft_ms * 0.96)
+    assert small.burst_ttft_ms > small.ttft_ms  # the median does not wait for the burst
+    assert small.ttft_at(0.5) == small.ttft_ms
+    assert large.burst_ttft_ms >= small.burst_ttft_ms
+
+
+def test_a_long_benchmark_leaves_the_burst_out_of_its_tail():
+    est = _estimator()
+    est.shape = WorkloadShape.of({**est.space.workload, "prompts_per_group": 500}, est.clients)
+    long = est.predict({"max_running_requests": 64})  # 64 of 8000 requests: under 1 per cent
+    assert long.burst_share < 0.01 and long.ttft_at(0.99) == long.ttft_ms
+
+
+def test_the_burst_of_a_multi_turn_chat_shares_one_system_prompt():
+    shape = WorkloadShape.of(
+        {"kind": "multi-turn", "turns": 4, "system_prompt_len": 2048, "user_len": 256}, 16
+    )
+    assert (shape.first_prompt, shape.first_shared, shape.prefixes) == (2304, 2048, 1)
+    random_shape = WorkloadShape.of({"kind": "random", "input_len": 1000}, 8)
+    assert (random_shape.first_shared, random_shape.prefixes) == (0.0, 8)
+
+
+def test_a_violation_scores_lower_the_further_it_is_over_the_limit():
+    est = _estimator()
+    near = est.score({"max_running_requests": 48})
+    far = est.score({"max_running_requests": 8})
+    within = est.score({"max_running_requests": 64})
+    assert within > near > far > 0
+
+
+def test_prefix_reuse_is_refit_to_the_measured_cache_hit_rate():
+    truth = _estimator()
+    flags = [{"max_running_requests": n} for n in (16, 32, 64)]
+    observations = [
+        Observation(f, p.throughput, p.tpot_ms, p.running, None, metrics={"cache_hit_rate": h})
+        for f in flags
+        for p in [truth.predict(f)]
+        for h in [p.hit_rate]
+    ]
+    blind = _estimator(prefix_reuse=0.0)
+    assert blind.predict(flags[0]).hit_rate == 0.0
+    blind.fit(observations)
+    assert blind.calibration.prefix_reuse == pytest.approx(1.0)
+    # A benchmark that reports no cached tokens at all teaches nothing about the cache.
+    silent = [Observation(o.flags, o.throughput, o.tpot_ms, o.running, None) for o in observations]
+    still_blind = _estimator(prefix_reuse=0.0)
+    still_blind.fit(silent)
+    assert still_blind.calibration.prefix_reuse == 0.0
+
+
+def test_the_guide_finds_the_estimates_corner_that_random_candidates_miss():
+    est = _estimator()
+    space = est.space
+    guide = Guide(space, est, GuideConfig(candidates=20), seed=3)
+    pick = guide._best_candidate(set())
+    assert pick is not None
+    pool = [random_params(space, random.Random(3)) for _ in range(20)]
+    best_random = max(est.score(guide._flags(p)) for p in pool)
+    assert est.score(guide._flags(pick)) >= best_random
+    assert pick["max_running_requests"] == 64  # the client count: nobody waits for a slot
