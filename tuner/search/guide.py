@@ -113,6 +113,19 @@ class Guide:
             if params is not None:
                 self._enqueue(study, params, "polish")
 
+    def first_picks(self, count: int) -> list[dict[str, Any]]:
+        """The warm start's first picks as the estimate ranks them before anything is measured
+        (what `tuner optimize --dry-run` shows); a study refits after each trial."""
+        tried: set[tuple[Any, ...]] = set()
+        picks: list[dict[str, Any]] = []
+        while self.estimator is not None and len(picks) < count:
+            params = self._best_candidate(tried)
+            if params is None:
+                break
+            picks.append(params)
+            tried.add(_key(params))
+        return picks
+
     # -- the estimate ----------------------------------------------------------------------
 
     def _refit(self, trials: list[FrozenTrial]) -> None:

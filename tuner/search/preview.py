@@ -15,7 +15,6 @@ and, as in a study, not counted.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +27,7 @@ from tuner.errors import UserError
 from tuner.search.estimate import Estimator
 from tuner.search.feasibility import estimate_memory
 from tuner.search.gpu_specs import gpu_spec
-from tuner.search.guide import GuideConfig, complete_flags, random_params
+from tuner.search.guide import Guide, GuideConfig, complete_flags
 from tuner.search.options import StudyOptions
 from tuner.search.sampler import make_sampler
 from tuner.search.space import SearchSpace, suggest_flags
@@ -70,14 +69,9 @@ def first_configurations(
     spec = gpu_spec(gpu_name)
     if options.warm_start and model is not None and spec is not None:
         estimator = Estimator(space, model, spec, gpu_memory_gb or spec.memory_gb)
-        rng = random.Random(options.seed)
-        candidates = [random_params(space, rng) for _ in range(GuideConfig.candidates)]
-        ranked = sorted(
-            (complete_flags(space, p) for p in candidates),
-            key=lambda flags: -estimator.score(_launch_flags(space, options, flags)),
-        )
-        for flags in ranked[: GuideConfig.warm_start]:
-            offer(flags, "estimate")
+        guide = Guide(space, estimator, seed=options.seed)
+        for params in guide.first_picks(GuideConfig.warm_start):
+            offer(complete_flags(space, params), "estimate")
     seed = None if options.seed is None else (options.seed * 1_000_003) % 2**32
     study = optuna.create_study(  # in memory: nothing is written anywhere
         directions=["maximize", "minimize"], sampler=make_sampler(options.sampler, space, seed)
