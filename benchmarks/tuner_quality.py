@@ -736,6 +736,9 @@ def markdown(
         + (f" --dense-points {opts.dense_points}" if opts.dense_points != 6 else "")
         + ("" if opts.refine else " --no-refine")
         + (f" --served {opts.served}" if opts.served != 7 else "")
+        + (f" --space {_shown(opts.space_path)}" if opts.space_path else "")
+        + (f" --methods {','.join(opts.methods)}" if opts.methods != Options().methods else "")
+        + (" --no-plot" if not opts.plot else "")
         + "`.",
         "",
     ]
