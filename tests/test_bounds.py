@@ -11,8 +11,12 @@ from optuna.trial import TrialState
 
 from tuner.errors import UserError
 from tuner.results import record
+from tuner.search.bounds import PROVISIONAL_CAPACITY
 from tuner.search.budget import RetryCap, SpaceMostlyInfeasible, counts
+from tuner.search.capacity import load_space_for_run, running_capacity
+from tuner.search.options import StudyOptions
 from tuner.search.space import SearchSpace
+from tuner.search.space_load import load_space
 from tuner.search.study import run_trials
 
 
@@ -46,8 +50,12 @@ def test_a_relative_bound_follows_the_benchmark():
 @pytest.mark.parametrize(
     ("bound", "bench", "expected"),
     [
-        ("clients", {"concurrency": 16}, "may name only concurrency (it names 'clients')"),
-        ("concurrency", {"concurrency": None, "request_rate": 4}, "open loop at request_rate 4"),
+        (
+            "clients",
+            {"concurrency": 16},
+            "may name only concurrency, capacity",
+        ),
+        ("concurrency", {"concurrency": None, "request_rate": 4}, "write `capacity`"),
         ("concurrency", {"concurrency": None}, "no cap on requests in flight"),
         ("__import__('os')", {"concurrency": 16}, "only min(...) and max(...)"),
     ],
@@ -56,6 +64,63 @@ def test_a_relative_bound_that_cannot_resolve_names_the_key(bound, bench, expect
     with pytest.raises(UserError, match=r"params\.max_running_requests\.high") as err:
         SearchSpace.from_dict(_space(bound, bench))
     assert expected in str(err.value)
+
+
+def test_a_capacity_bound_is_provisional_until_the_host_or_the_file_says():
+    open_loop = {"concurrency": None, "request_rate": 4}
+    space = SearchSpace.from_dict(_space("capacity", open_loop))
+    assert space.needs_capacity and space.capacity is None
+    assert space.params["max_running_requests"].high == PROVISIONAL_CAPACITY
+    assert "capacity" not in space.to_dict()
+    fixed = SearchSpace.from_dict({**_space("capacity // 2", open_loop), "capacity": 48})
+    assert not fixed.needs_capacity and fixed.params["max_running_requests"].high == 24
+    stored = fixed.to_dict()
+    assert stored["capacity"] == 48 and stored["params"]["max_running_requests"]["high"] == (
+        "capacity // 2"
+    )
+    assert SearchSpace.from_dict(stored).to_dict() == stored
+    with pytest.raises(UserError, match="capacity"):
+        SearchSpace.from_dict({**_space("capacity", open_loop), "capacity": 0})
+
+
+def test_an_open_loop_study_bounds_the_running_cap_by_what_the_gpu_can_run(tmp_path):
+    from sim_spaces import small_space
+
+    path = small_space(
+        tmp_path,
+        name="openloop",
+        bench={"concurrency": None, "request_rate": 8.0},
+        params={"max_running_requests": {"low": 1, "high": "capacity", "log": True}},
+    )
+    options = StudyOptions(space_path=path, studies_dir=tmp_path / "studies")
+    capacity = running_capacity(load_space(path), options)
+    # The seed model on its 96 GB GPU: more than a handful of requests, fewer than the
+    # provisional bound; and a lower memory fraction holds fewer.
+    assert 8 < capacity < PROVISIONAL_CAPACITY
+    space = load_space_for_run(path, options)
+    assert space.capacity == capacity
+    assert space.params["max_running_requests"].high == capacity
+    smaller = small_space(
+        tmp_path,
+        name="openloop-small",
+        bench={"concurrency": None, "request_rate": 8.0},
+        params={
+            "mem_fraction_static": {"low": 0.7, "high": 0.75, "step": 0.01},
+            "max_running_requests": {"low": 1, "high": "capacity", "log": True},
+        },
+    )
+    assert running_capacity(load_space(smaller), options) < capacity
+
+
+def test_a_capacity_bound_without_the_model_config_says_how_to_fix_it(tmp_path):
+    import yaml
+
+    data = _space("capacity", {"concurrency": None, "request_rate": 4})
+    path = tmp_path / "nocfg.yaml"
+    path.write_text(yaml.safe_dump({**data, "model_path": str(tmp_path / "no-such-model")}))
+    options = StudyOptions(space_path=path, engine="sglang", gpu_memory_gb=80.0)
+    with pytest.raises(UserError, match=r"needs the model's config.json: .*capacity: N"):
+        load_space_for_run(path, options)
 
 
 def _objective_skipping(skip_every: int):

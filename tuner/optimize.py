@@ -12,6 +12,7 @@ from tuner.progress import OptimizeDisplay
 from tuner.results.report import write_report
 from tuner.results.storage import open_storage
 from tuner.results.study_lock import ensure_writable_dir
+from tuner.search.capacity import load_space_for_run
 from tuner.search.options import StudyOptions, check_options
 from tuner.search.signals import stop_like_ctrl_c
 from tuner.search.space_load import default_space_path, load_space
@@ -36,6 +37,8 @@ def run_optimize(
     # A log file gets whole lines, not 80-column pieces.
     console = Console(soft_wrap=not sys.stdout.isatty())
     loaded_space = load_space(space or default_space_path())  # bad YAML: one line, exit 2
+    if loaded_space.needs_capacity:  # a bound relative to what this GPU can run
+        loaded_space = load_space_for_run(space or default_space_path(), options)
     if preflight(console, loaded_space, options, dry_run):
         return 0  # a dry run: nothing launched, no study created
     ensure_writable_dir(

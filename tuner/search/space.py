@@ -10,6 +10,7 @@ The YAML file format is described in tuner/search/space_load.py.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -158,10 +159,20 @@ class SearchSpace(BaseModel):
     bench: BenchSettings
     objectives: Objectives
     slos: list[Slo]
+    capacity: int | None = None  # what the `capacity` bound stood for (tuner/search/capacity.py)
 
     @property
     def engine_version(self) -> str:
         return self.engine.version
+
+    @property
+    def needs_capacity(self) -> bool:
+        """A bound names `capacity` and it is not known yet: its range is provisional."""
+        return self.capacity is None and any(
+            re.search(r"\bcapacity\b", expression)
+            for spec in self.params.values()
+            for expression in spec.relative.values()
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """A plain, YAML/JSON-ready dict that `SearchSpace.from_dict` reads back."""
@@ -176,7 +187,7 @@ class SearchSpace(BaseModel):
             "bench": self.bench.model_dump(),
             "objectives": self.objectives.model_dump(),
             "slos": [str(slo) for slo in self.slos],
-        }
+        } | ({"capacity": self.capacity} if self.capacity is not None else {})
 
     @classmethod
     def from_dict(

@@ -56,7 +56,9 @@ def check_space(raw: SpaceFile, default_name: str) -> SearchSpace:
             raise SpaceError(path, "is also in fixed_flags; a flag is either fixed or tuned")
     params: dict[str, ParamSpec] = {}
     for flag in _sampling_order(raw.params):
-        param = _resolve_relative_bounds(f"params.{flag}", raw.params[flag], raw.bench)
+        param = _resolve_relative_bounds(
+            f"params.{flag}", raw.params[flag], raw.bench, raw.capacity
+        )
         spec = _param_spec(f"params.{flag}", flag, param, params)
         relative = {
             k: v for k in ("low", "high") if isinstance(v := getattr(raw.params[flag], k), str)
@@ -78,6 +80,7 @@ def check_space(raw: SpaceFile, default_name: str) -> SearchSpace:
         bench=raw.bench,
         objectives=raw.objectives,
         slos=slos,
+        capacity=raw.capacity,
     )
 
 
@@ -173,7 +176,9 @@ def _check_flag_name(path: str, flag: str) -> None:
         )
 
 
-def _resolve_relative_bounds(path: str, param: ParamFile, bench: BenchSettings) -> ParamFile:
+def _resolve_relative_bounds(
+    path: str, param: ParamFile, bench: BenchSettings, capacity: int | None
+) -> ParamFile:
     """A range bound written as an expression of the workload, resolved to its number."""
     numbers = [v for v in (param.low, param.high, param.step) if isinstance(v, int | float)]
     integer = param.type == "int" or (
@@ -184,7 +189,7 @@ def _resolve_relative_bounds(path: str, param: ParamFile, bench: BenchSettings) 
         value = getattr(param, key)
         if isinstance(value, str):
             try:
-                update[key] = resolve_bound(value, bench, integer)
+                update[key] = resolve_bound(value, bench, integer, capacity)
             except BoundError as exc:
                 raise SpaceError(f"{path}.{key}", str(exc)) from None
     return param.model_copy(update=update) if update else param

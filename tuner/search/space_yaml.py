@@ -46,6 +46,9 @@ class SpaceFile(BaseModel):
     bench: BenchSettings = Field(default_factory=BenchSettings)
     objectives: Objectives = Field(default_factory=Objectives)
     slos: list[StrictStr | SloFile] = Field(default_factory=list)
+    # The most requests the server can run at once for this workload (bounds may name it);
+    # `tuner optimize` measures it when a bound needs it, or the file may fix it.
+    capacity: int | None = Field(default=None, ge=1)
 
 
 class SloFile(BaseModel):

@@ -10,8 +10,7 @@ was killed is found and queued again too (tuner/search/recovery.py), on start an
 
 Processes that start together on one study take a lock file beside a file storage
 (tuner/results/study_lock.py) to create the study and to take each trial. No wait is silent: a
-worker with nothing left to start says which trials it waits for, and gives up after
-`wait_timeout_s`.
+worker with nothing to start says which trials it waits for, and gives up after `wait_timeout_s`.
 """
 
 from __future__ import annotations
@@ -41,6 +40,7 @@ from tuner.results.storage import describe_storage, open_storage, storage_file
 from tuner.results.study_lock import LOCK_SUFFIX, StudyLock, ensure_writable_file
 from tuner.search.baseline import Baseline, default_trial_params
 from tuner.search.budget import RetryCap, counts, measured_count, summary_counts
+from tuner.search.capacity import load_space_for_run
 from tuner.search.feasibility import CrashModel
 from tuner.search.guide import Guide, make_guide
 from tuner.search.objective import EventHook, ObjectiveConfig, TrialObjective
@@ -50,7 +50,7 @@ from tuner.search.recovery import OwnerHeartbeat, owner_tag, recover_abandoned, 
 from tuner.search.sampler import make_sampler
 from tuner.search.signals import defer_signals_in, deferred, stop_requested
 from tuner.search.space import SearchSpace
-from tuner.search.space_load import default_space_path, load_space
+from tuner.search.space_load import default_space_path
 from tuner.search.target import launch_target, memory_inputs
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -137,7 +137,7 @@ def open_study(
     and queue the baseline and interrupted trials, under the study's lock."""
     check_options(options)
     space_path = options.space_path or default_space_path()
-    space = load_space(space_path)
+    space = load_space_for_run(space_path, options)
     name = options.study_name or space.name
     with study_lock(options, name, on_event):
         storage = open_storage(
