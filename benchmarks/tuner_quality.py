@@ -75,7 +75,7 @@ from tuner.engines import sglang as engine
 from tuner.launcher import LaunchError
 from tuner.results import record
 from tuner.search.baseline import default_trial_params
-from tuner.search.budget import is_free
+from tuner.search.budget import SpaceMostlyInfeasible, is_free
 from tuner.search.estimate import Calibration
 from tuner.search.feasibility import CrashModel
 from tuner.search.guide import make_guide
@@ -493,7 +493,10 @@ def run_study(
     if nested:
         for params in nested_grid(space)[:budget]:
             study.enqueue_trial(params)
-    run_trials(study, objective, budget, guide=guide)
+    try:
+        run_trials(study, objective, budget, guide=guide)
+    except SpaceMostlyInfeasible as exc:  # what `tuner optimize` stops with; keep what it found
+        print(f"{method.name} seed {seed}: stopped early: {exc}", flush=True)
     # A budget counts launched configurations (tuner/search/budget.py): proposals rejected
     # before launch and repeats cost no GPU time and are not among the first N trials.
     trials = [_log(t, serve, oracle) for t in study.get_trials(deepcopy=False) if not is_free(t)]
