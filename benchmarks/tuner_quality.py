@@ -544,6 +544,10 @@ class Figures:
     skipped: int
 
 
+def _padded(curve: list[float], length: int) -> list[float]:
+    return curve + [curve[-1] if curve else 0.0] * (length - len(curve))
+
+
 def best_so_far(run: StudyRun, optimum: OptimumReport) -> list[float]:
     best, curve = 0.0, []
     for t in run.trials:
@@ -934,7 +938,11 @@ def curves(
     """Per method: median, min and max over seeds of best-so-far / oracle best, per trial."""
     out: dict[str, dict[str, list[float]]] = {}
     for name in dict.fromkeys(r.method for r in runs):
-        rows = np.array([best_so_far(r, optimum)[:budget] for r in runs if r.method == name])
+        # A study that stopped early (mostly infeasible) keeps its best for the trials it lacks.
+        padded = [
+            _padded(best_so_far(r, optimum)[:budget], budget) for r in runs if r.method == name
+        ]
+        rows = np.array(padded)
         out[name] = {
             "median": np.median(rows, axis=0).tolist(),
             "min": rows.min(axis=0).tolist(),
