@@ -83,7 +83,8 @@ def load_space(path: str | Path) -> SearchSpace:
 
 
 def _spaces_dir() -> Path:
-    beside_package = Path(__file__).resolve().parent.parent / "search_spaces"
+    # tuner/search/space_load.py -> the directory that holds the tuner package
+    beside_package = Path(__file__).resolve().parents[2] / "search_spaces"
     if beside_package.is_dir():
         return beside_package
     return Path.cwd() / "search_spaces"
