@@ -26,13 +26,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tuner.bench.workload import WorkloadSpec
 from tuner.engines import sglang as engine
 from tuner.search.space_load import default_space_path, load_space
-from tuner.sim.oracle import predict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle_serve import sim_extra_args
+from oracle_serve import OracleCache
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMITS_MS = (3000.0, 5000.0, 10000.0)
@@ -65,23 +63,14 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     a = p.parse_args()
     space = load_space(default_space_path())
-    spec = WorkloadSpec.from_dict(space.workload)
-    extra = sim_extra_args(space)
-    bench = space.bench
+    oracle = OracleCache(space)  # the simulator's headless scheduler, as a benchmark runs it
     rows = []
     for steps, ratio, mem, cap in itertools.product(STEPS, HICACHE, (0.90, 0.95), (None, 16)):
         flags = _flags(steps, ratio, mem, cap)
         args = engine.build_server_args(
             {"model_path": space.model_path, **space.fixed_flags, **flags}, space.engine_version
         )
-        r = predict(
-            [*args, *extra],
-            spec,
-            concurrency=bench.concurrency,
-            request_rate=bench.request_rate,
-            arrival=bench.arrival,
-            warmup_requests=bench.warmup_requests,
-        )
+        r = oracle(args)
         rows.append(
             {
                 "steps": steps,
