@@ -16,21 +16,19 @@ def test_the_default_space_is_found_beside_the_package_not_under_the_working_dir
     assert {"qwen3.6-27b-mtp-hicache", "qwen3-8b-h200"} <= set(shipped_spaces())
 
 
-def test_optimize_runs_the_default_space_from_another_directory(tmp_path):
-    run = subprocess.run(
-        [sys.executable, "-m", "tuner.cli", "optimize", "--dry-run", "--trials", "2"],
-        cwd=tmp_path,
+def _dry_run(cwd, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tuner.cli", "optimize", "--dry-run", *args],
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def test_optimize_runs_the_default_space_from_another_directory(tmp_path):
+    run = _dry_run(tmp_path, "--trials", "2")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "dry run: nothing launched" in run.stdout
-    shipped = subprocess.run(
-        [sys.executable, "-m", "tuner.cli", "optimize", "--space", "qwen3-8b-h200", "--dry-run"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    shipped = _dry_run(tmp_path, "--space", "qwen3-8b-h200")
     assert shipped.returncode == 0, shipped.stdout + shipped.stderr
