@@ -318,10 +318,9 @@ def export_command(
     studies_dir: Path = typer.Option(Path("studies"), "--studies-dir", help=_STUDIES_DIR_HELP),
 ) -> None:
     """Write launch_<study>_trial<N>.sh and .yaml (sglang --config) for one trial."""
-    import shlex
 
     from tuner.results.export import export_trial
-    from tuner.results.pick import NoCandidate, Pick
+    from tuner.results.pick import NoCandidate, Pick, export_prefix
     from tuner.results.storage import locate_study
 
     if pick is not None and pick not in {p.value for p in Pick}:
@@ -339,12 +338,7 @@ def export_command(
             out_dir=out_dir,
         )
     except NoCandidate as exc:  # say it with the options that found this study
-        where = ["--study", location.study_name]
-        if storage:
-            where += ["--storage", storage]
-        elif studies_dir != Path("studies"):
-            where += ["--studies-dir", str(studies_dir)]
-        fail(exc.command(shlex.join(["tuner", "export", *where])))
+        fail(exc.command(export_prefix(location.study_name, storage, studies_dir)))
     for warning in result.warnings:
         typer.echo(f"warning: {warning}", err=True)
     how = "--trial" if result.picked_by == "trial" else f"--pick {result.picked_by}"

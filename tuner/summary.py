@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 from rich.console import Console
@@ -59,7 +58,7 @@ def print_summary(
 def _nothing_to_export(summary: StudySummary, studies_dir: Path) -> str:
     """What `tuner export --pick knee` would say now: with SLOs nothing met, the trial that comes
     closest and an export command with limits it meets (tuner/results/pick.py)."""
-    from tuner.results.pick import NoCandidate, Pick, pick_trial
+    from tuner.results.pick import NoCandidate, Pick, export_prefix, pick_trial
     from tuner.results.storage import open_storage
     from tuner.results.study_records import load_records
 
@@ -68,10 +67,6 @@ def _nothing_to_export(summary: StudySummary, studies_dir: Path) -> str:
     try:
         pick_trial(trials, meta, Pick.KNEE)
     except NoCandidate as exc:
-        where = ["--study", summary.study_name]
-        if summary.storage:
-            where += ["--storage", summary.storage_description]
-        elif studies_dir != Path("studies"):
-            where += ["--studies-dir", str(studies_dir)]
-        return exc.command(shlex.join(["tuner", "export", *where]))
+        storage_shown = summary.storage_description if summary.storage else None
+        return exc.command(export_prefix(summary.study_name, storage_shown, studies_dir))
     return "no feasible completed trial yet"

@@ -6,6 +6,7 @@ import math
 import shlex
 from collections.abc import Sequence
 from enum import StrEnum
+from pathlib import Path
 
 from tuner.errors import UserError
 from tuner.results import record
@@ -140,6 +141,16 @@ class NoCandidate(UserError):
             f"{prefix} --pick {self.pick.value} {slos} (--slo replaces the study's SLOs), "
             "or run more trials"
         )
+
+
+def export_prefix(study_name: str, storage: str | None, studies_dir: Path) -> str:
+    """`tuner export` with the options that find this study, for commands a message prints."""
+    where = ["--study", study_name]
+    if storage:
+        where += ["--storage", storage]
+    elif studies_dir != Path("studies"):
+        where += ["--studies-dir", str(studies_dir)]
+    return shlex.join(["tuner", "export", *where])
 
 
 def _relaxed_slos(

@@ -10,7 +10,6 @@ The YAML file format is described in tuner/search/space_load.py.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -26,7 +25,7 @@ from pydantic import (
 )
 
 from tuner.results.goals import DEFAULT_OBJECTIVES, MAXIMIZE, MINIMIZE, Slo
-from tuner.search.derive import evaluate
+from tuner.search.derive import evaluate, expression_names
 
 Scalar = StrictBool | StrictInt | StrictFloat | StrictStr | None
 Number = StrictInt | StrictFloat
@@ -169,7 +168,7 @@ class SearchSpace(BaseModel):
     def needs_capacity(self) -> bool:
         """A bound names `capacity` and it is not known yet: its range is provisional."""
         return self.capacity is None and any(
-            re.search(r"\bcapacity\b", expression)
+            "capacity" in expression_names(expression)
             for spec in self.params.values()
             for expression in spec.relative.values()
         )
