@@ -1,4 +1,5 @@
-"""A study whose SLO nothing met ends with the nearest trial and an export command that works."""
+"""The export command a study ends with works as printed: with SLOs nothing met, the nearest
+trial and looser limits; otherwise the study's own, with the options that find it."""
 
 from __future__ import annotations
 
@@ -48,3 +49,19 @@ def test_an_unmet_slo_names_the_nearest_trial_and_a_looser_limit_that_exports(tm
     export = _tuner(*args, "--studies-dir", "studies", cwd=tmp_path)
     assert export.returncode == 0, export.stderr
     assert f"trial {nearest.group(1)} of strict" in export.stdout
+
+
+def test_the_export_command_printed_after_a_study_finds_it_in_its_studies_dir(tmp_path):
+    space = small_space(tmp_path, name="elsewhere")
+    run = _tuner(
+        "optimize", "--space", str(space), "--trials", "2", "--studies-dir", "runs",
+        "--no-report", "--seed", "1",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    command = re.search(r"export one with: (tuner export .*--pick knee)", run.stdout)
+    assert command is not None, run.stdout
+    args = shlex.split(command.group(1))[1:]
+    assert args[args.index("--studies-dir") + 1] == "runs"
+    export = _tuner(*args, cwd=tmp_path)
+    assert export.returncode == 0, export.stderr

@@ -50,7 +50,8 @@ def print_summary(
             )
             console.print(f"  trial {t.number}: {flags}", soft_wrap=True)
     if summary.pareto:
-        console.print(f"export one with: tuner export --study {summary.study_name} --pick knee")
+        prefix = _export_prefix(summary, studies_dir)
+        console.print(f"export one with: {prefix} --pick knee", soft_wrap=True)
     console.print(f"study directory: {summary.study_dir}")
     console.print(f"storage: {summary.storage_description}")
 
@@ -58,7 +59,7 @@ def print_summary(
 def _nothing_to_export(summary: StudySummary, studies_dir: Path) -> str:
     """What `tuner export --pick knee` would say now: with SLOs nothing met, the trial that comes
     closest and an export command with limits it meets (tuner/results/pick.py)."""
-    from tuner.results.pick import NoCandidate, Pick, export_prefix, pick_trial
+    from tuner.results.pick import NoCandidate, Pick, pick_trial
     from tuner.results.storage import open_storage
     from tuner.results.study_records import load_records
 
@@ -67,6 +68,13 @@ def _nothing_to_export(summary: StudySummary, studies_dir: Path) -> str:
     try:
         pick_trial(trials, meta, Pick.KNEE)
     except NoCandidate as exc:
-        storage_shown = summary.storage_description if summary.storage else None
-        return exc.command(export_prefix(summary.study_name, storage_shown, studies_dir))
+        return exc.command(_export_prefix(summary, studies_dir))
     return "no feasible completed trial yet"
+
+
+def _export_prefix(summary: StudySummary, studies_dir: Path) -> str:
+    """`tuner export` with the options that find this study (a URL's password hidden)."""
+    from tuner.results.pick import export_prefix
+
+    shown = summary.storage_description if summary.storage else None
+    return export_prefix(summary.study_name, shown, studies_dir)
