@@ -4,7 +4,7 @@
     python benchmarks/oracle_cost.py --space search_spaces/qwen3-8b-h200.yaml
 
 One evaluation = `tuner.sim.oracle.predict` of one configuration under the space's workload and
-bench settings (warm-up included), what `benchmarks/oracle_serve.py` calls once per
+bench settings (warm-up included), what `benchmarks/oracle_measurer.py` calls once per
 configuration. It reports process CPU seconds per evaluation (median and max over the
 configurations below) and writes benchmarks/results/oracle_cost.json.
 """
@@ -20,11 +20,11 @@ from pathlib import Path
 
 from tuner.bench.workload import WorkloadSpec
 from tuner.engines import sglang as engine
-from tuner.search.space_load import default_space_path, load_space
 from tuner.sim.oracle import predict
+from tuner.space.load import default_space_path, load_space
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle_serve import sim_extra_args
+from oracle_measurer import sim_extra_args
 
 ROOT = Path(__file__).resolve().parents[1]
 

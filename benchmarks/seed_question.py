@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from tuner.engines import sglang as engine
-from tuner.search.space_load import default_space_path, load_space
+from tuner.space.load import default_space_path, load_space
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle_serve import OracleCache
+from oracle_measurer import OracleCache
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMITS_MS = (3000.0, 5000.0, 10000.0)

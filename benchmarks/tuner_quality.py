@@ -6,9 +6,9 @@
 
 Budgets 20, 40, 80 and 200 trials (200 so that trials-to-95% is measured for the methods that
 take longer than 80), 5 seeds. Methods, each on the same budgets and seeds, all through the real
-objective (`tuner.search.objective.TrialObjective` + `tuner.search.study.run_trials` on an
-in-memory Optuna study) served by the simulator's oracle (`oracle_serve.OracleServe`: no server is
-launched; see that module for the noise and GPU-time models):
+objective (`tuner.trial.objective.TrialObjective` + `tuner.study.loop.run_trials` on an
+in-memory Optuna study) measured by the simulator's oracle (`oracle_measurer.OracleMeasurer`:
+no server is launched; see that module for the noise and GPU-time models):
 
 - default: TPESampler(multivariate, group) + stage pruning + feasibility model (memory estimate
   and learned crash classifier), sglang's defaults as trial 0 (`tuner optimize`);
@@ -18,7 +18,7 @@ launched; see that module for the noise and GPU-time models):
   `--sampler gp` (Optuna's GPSampler), with and without the warm start and polish;
 - grid: what grid tuners do: nested loops over each parameter's values in the space file's
   order (the first parameter outermost, never shuffled), 4 values per numeric range (the
-  values of `tuner.search.study.grid_search_space`), no pruning, no feasibility model, no default
+  values of `tuner.study.loop.grid_search_space`), no pruning, no feasibility model, no default
   trial; the budget cuts the sweep short, as it would any grid tool's. Seeds change the
   measurement noise only;
 - grid-shuffled: `tuner optimize --sampler grid --no-prune --no-feasibility` (Optuna's
@@ -43,10 +43,10 @@ The space is judged exactly as shipped: the oracle is a headless run of the simu
 scheduler driven like `tuner bench` (tuner/sim/oracle.py), so it gives the same summary a served
 benchmark gives, tail percentiles and multi-turn closed loops included.
 
-Served check: a few configurations (sglang's defaults, the oracle's best, two front points, the
+Measurement check: a few configurations (sglang's defaults, the oracle's best, two front points, the
 best just inside and just outside the SLO limit, a crashing one) are also launched as real
-simulator processes (`tuner.search.serve.LaunchAndBench`, the HTTP benchmark) and their figures
-compared with what OracleServe reports for them, with both SLO verdicts.
+simulator processes (`tuner.trial.measure.LaunchAndMeasure`, the HTTP benchmark) and their figures
+compared with what OracleMeasurer reports for them, with both SLO verdicts.
 
 Outputs in --out (default benchmarks/results): tuner_quality.md (table), tuner_quality.json
 (every figure, per seed), tuner_quality.png (best-so-far vs trials and vs GPU hours; plotly +
@@ -72,30 +72,31 @@ import optuna
 from optuna.trial import FixedTrial, TrialState
 
 from tuner.engines import sglang as engine
+from tuner.host import HostFacts, read_host_facts
 from tuner.launcher import LaunchError
+from tuner.predict.estimate import Calibration
 from tuner.results import record
-from tuner.search.baseline import default_trial_params
-from tuner.search.budget import SpaceMostlyInfeasible, is_free
-from tuner.search.estimate import Calibration
-from tuner.search.feasibility import CrashModel
-from tuner.search.guide import make_guide
-from tuner.search.objective import ObjectiveConfig, TrialObjective
-from tuner.search.options import StudyOptions
-from tuner.search.pruning import StagePruner
-from tuner.search.sampler import grid_search_space, make_sampler
-from tuner.search.serve import LaunchAndBench, LaunchTarget
-from tuner.search.space import ParamSpec, SearchSpace, suggest_flags
-from tuner.search.space_load import default_space_path, load_space
-from tuner.search.study import (
+from tuner.space.load import default_space_path, load_space
+from tuner.space.model import ParamSpec, SearchSpace, suggest_flags
+from tuner.study.baseline import default_trial_params
+from tuner.study.budget import SpaceMostlyInfeasible, is_free
+from tuner.study.guide import GuideSettings, make_guide
+from tuner.study.loop import (
     _ensure_study_attrs,
     queue_baseline_and_retries,
     quiet_optuna,
     run_trials,
 )
-from tuner.search.target import launch_target, memory_inputs
+from tuner.study.options import StudyOptions
+from tuner.study.run import Run, launch_target
+from tuner.study.sampler import grid_search_space, make_sampler
+from tuner.trial.crash_model import CrashModel
+from tuner.trial.measure import LaunchAndMeasure, LaunchTarget
+from tuner.trial.objective import ObjectiveConfig, TrialObjective
+from tuner.trial.pruning import StagePruner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle_serve import NoiseModel, OracleCache, OracleServe
+from oracle_measurer import NoiseModel, OracleCache, OracleMeasurer
 
 ROOT = Path(__file__).resolve().parents[1]
 REACH = 0.95  # "trials to reach 95% of the oracle's best"
@@ -112,7 +113,7 @@ class Method:
     prune: bool
     feasibility: bool
     baseline: bool = True  # queue sglang's defaults as trial 0, as `tuner optimize` does
-    warm_start: bool = False  # the estimate picks the first trials (tuner/search/guide.py)
+    warm_start: bool = False  # the estimate picks the first trials (tuner/study/guide.py)
     polish: bool = False  # neighbours of the best trial from trial 24
     wrong_estimate: bool = False  # bandwidth x0.6, acceptance x0.7, prefix cache ignored
     needs_torch: bool = False  # GPSampler: run only when asked for (--methods), with PyTorch
@@ -173,7 +174,7 @@ class Options:
     seeds: int = 5
     methods: tuple[str, ...] = tuple(m.name for m in METHODS if not m.needs_torch)
     space_path: Path | None = None
-    noise: float = 1.0  # multiplier of oracle_serve.NoiseModel's default sigmas
+    noise: float = 1.0  # multiplier of oracle_measurer.NoiseModel's default sigmas
     dense_points: int = 6
     refine: bool = True
     served: int = 7  # configurations served for real (0: skip)
@@ -273,7 +274,7 @@ class Oracle:
 
     def __init__(self, space: SearchSpace, cache: OracleCache) -> None:
         self.space = space
-        self.serve = OracleServe(space, noise=NoiseModel.none(), oracle=cache)
+        self.serve = OracleMeasurer(space, noise=NoiseModel.none(), oracle=cache)
         self._by_args: dict[tuple[str, ...], Truth] = {}
         self.visited: dict[tuple[str, ...], dict[str, Any]] = {}  # argv -> sampled params
 
@@ -448,12 +449,24 @@ def nested_grid(space: SearchSpace) -> list[dict[str, Any]]:
     return list(nested_loops(space, lambda p: grid.get(p.name, [])))
 
 
+_HOSTS: dict[str, HostFacts] = {}
+
+
+def host_facts(space: SearchSpace) -> HostFacts:
+    """What the simulator tells of its GPU and model for this space, asked once per space."""
+    key = repr(sorted((space.sim or {}).items())) + str(space.model_path)
+    if key not in _HOSTS:
+        target = launch_target(space, StudyOptions(engine="sim"))
+        _HOSTS[key] = read_host_facts("sim", target.module, target.extra_args, space.model_path)
+    return _HOSTS[key]
+
+
 def run_study(
     method: Method, seed: int, budget: int, space: SearchSpace, oracle: Oracle, noise: NoiseModel
 ) -> StudyRun:
     started = time.perf_counter()
     assert oracle.serve.oracle is not None
-    serve = OracleServe(space, seed=seed, noise=noise, oracle=oracle.serve.oracle)
+    serve = OracleMeasurer(space, seed=seed, noise=noise, oracle=oracle.serve.oracle)
     options = StudyOptions(
         engine="sim",
         seed=seed,
@@ -461,17 +474,18 @@ def run_study(
         warm_start=method.warm_start,
         polish=method.polish,
     )
-    model_memory, gpu_gb = memory_inputs(space, options) if method.feasibility else (None, None)
+    host = host_facts(space)
+    model_memory, gpu_gb = (host.model, host.gpu_memory_gb) if method.feasibility else (None, None)
     objective = TrialObjective(
         ObjectiveConfig(
             space=space,
-            study_dir=Path(tempfile.gettempdir()),  # unused: OracleServe writes no logs
+            study_dir=Path(tempfile.gettempdir()),  # unused: OracleMeasurer writes no logs
             target=LaunchTarget(),
             pruner=StagePruner(enabled=method.prune),
             crash_model=CrashModel(seed=seed) if method.feasibility else None,
             model_memory=model_memory,
             gpu_memory_gb=gpu_gb,
-            serve=serve,
+            measurer=serve,
         )
     )
     nested = method.sampler == "grid-nested"
@@ -481,12 +495,10 @@ def run_study(
         directions=["maximize", "minimize"],
         sampler=make_sampler("random" if nested else method.sampler, space, seed),
     )
-    _ensure_study_attrs(study, space, options)
+    _ensure_study_attrs(study, Run(options, space, Path(space.name), LaunchTarget(), host))
     if method.baseline:
-        queue_baseline_and_retries(
-            study, lambda: default_trial_params(space, options, model_memory, gpu_gb)
-        )
-    guide = make_guide(space, options, *memory_inputs(space, options))
+        queue_baseline_and_retries(study, lambda: default_trial_params(space, model_memory, gpu_gb))
+    guide = make_guide(space, host, GuideSettings.of(options))
     if guide is not None and guide.estimator is not None and method.wrong_estimate:
         guide.estimator.bias = Calibration(0.6, prefill_fraction=1.0, accept_rate=0.7)
         guide.estimator.calibration = Calibration(prefix_reuse=0.0)
@@ -497,7 +509,7 @@ def run_study(
         run_trials(study, objective, budget, guide=guide)
     except SpaceMostlyInfeasible as exc:  # what `tuner optimize` stops with; keep what it found
         print(f"{method.name} seed {seed}: stopped early: {exc}", flush=True)
-    # A budget counts launched configurations (tuner/search/budget.py): proposals rejected
+    # A budget counts launched configurations (tuner/study/budget.py): proposals rejected
     # before launch and repeats cost no GPU time and are not among the first N trials.
     trials = [_log(t, serve, oracle) for t in study.get_trials(deepcopy=False) if not is_free(t)]
     failed = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.FAIL]
@@ -506,7 +518,7 @@ def run_study(
     return StudyRun(method.name, seed, trials, time.perf_counter() - started)
 
 
-def _log(t: optuna.trial.FrozenTrial, serve: OracleServe, oracle: Oracle) -> TrialLog:
+def _log(t: optuna.trial.FrozenTrial, serve: OracleMeasurer, oracle: Oracle) -> TrialLog:
     attrs = t.user_attrs
     duplicate = attrs.get(record.DUPLICATE_OF) is not None
     counted = t.state == TrialState.COMPLETE and all(v <= 0 for v in t.constraints.values())
@@ -664,7 +676,7 @@ def served_check(
     target = launch_target(space, StudyOptions(engine="sim", time_scale=time_scale))
     out = []
     with tempfile.TemporaryDirectory() as tmp:
-        serve = LaunchAndBench(target, space, Path(tmp))
+        serve = LaunchAndMeasure(target, space, Path(tmp))
         for i, (label, params) in enumerate(served_configurations(oracle, optimum, count)):
             # The baseline trial's params are {}: sglang's defaults, not a sampled point.
             flags = full_flags(space, params) if params else default_flags(space)
@@ -674,13 +686,13 @@ def served_check(
 
 
 def _serve_one(
-    serve: LaunchAndBench, oracle: Oracle, number: int, label: str, params: dict, args: list[str]
+    serve: LaunchAndMeasure, oracle: Oracle, number: int, label: str, params: dict, args: list[str]
 ) -> ServedCheck:
     expected = oracle.serve.exact_summary(args)
     assert oracle.serve.oracle is not None
     oracle_failure = None if expected is not None else oracle.serve.oracle(args).failure_kind
     try:
-        result = serve.serve(number, args, lambda capacity, pgid: None, lambda s, summary: True)
+        result = serve.measure(number, args, lambda capacity, pgid: None, lambda s, summary: True)
     except LaunchError as exc:
         failures = (exc.failure_class, oracle_failure)
         return ServedCheck(label, params, failures, (None, None), {}, {}, {})
@@ -873,9 +885,9 @@ def definitions(opts: Options) -> list[str]:
         "- *trials to 95%*: trials until the best reaches 95% of the oracle's; (k/n): seeds that "
         "reached it within the budget; a median over seeds that did not all reach it can read "
         "'not reached'. *GPU h to 95%*: the modelled GPU time spent until then.",
-        "- *GPU hours*: modelled (benchmarks/oracle_serve.py): a launch about 2 minutes (weights "
-        "at 1 GB/s + CUDA graph capture), a crashed launch what it ran before dying, a benchmark "
-        "its modelled duration, a pruned trial its stages run, a skipped one nothing.",
+        "- *GPU hours*: modelled (benchmarks/oracle_measurer.py): a launch about 2 minutes "
+        "(weights at 1 GB/s + CUDA graph capture), a crashed launch what it ran before dying, "
+        "a benchmark its modelled duration, a pruned trial its stages run, a skipped one nothing.",
         "- *trials* counts every finished trial, as `tuner optimize --trials` does: skipped, "
         "crashed, pruned and repeated configurations included.",
         "- The three TPE rows share each seed's sampler draws. To TPE a skipped configuration and "
@@ -891,8 +903,8 @@ def definitions(opts: Options) -> list[str]:
 
 def served_markdown(checks: list[ServedCheck], time_scale: float) -> list[str]:
     lines = [
-        f"Served check (real `python -m tuner.sim` processes at time scale {time_scale:g}, "
-        "benchmarked over HTTP by `LaunchAndBench`), served / oracle:",
+        f"Measurement check (real `python -m tuner.sim` processes at time scale {time_scale:g}, "
+        "benchmarked over HTTP by `LaunchAndMeasure`), served / oracle:",
         "",
         "| configuration | output tok/s | median TPOT | median TTFT | cache hit rate | "
         "max running requests | served output tok/s | served p99 TTFT (ms) | "

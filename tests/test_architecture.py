@@ -1,4 +1,4 @@
-"""The package's shape: imports follow the flow, modules stay small, each says its one job.
+"""The package's shape: imports point down the layers, no cycle, each module says its job.
 
 Reads the source with `ast` (nothing is imported), so a function-level import counts as much as
 one at the top of a module.
@@ -12,10 +12,20 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tuner"
-MAX_LINES = 400
 
-# What a trial runs. The readers of a study (tuner.results) read the storage only.
-TRIAL_PATH = ("tuner.search", "tuner.launcher", "tuner.bench", "tuner.optimize", "tuner.cli")
+# Top to bottom: a module imports its own unit and the units below it, never one above. The
+# simulator stands apart (the tests below): it is reached through argv, HTTP and logs only.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("tuner.cli",),
+    ("tuner.optimize", "tuner.init"),  # the commands
+    ("tuner.study",),  # the study loop, resolved once per run
+    ("tuner.trial",),  # one trial
+    ("tuner.predict",),  # what public facts predict
+    ("tuner.space",),  # the search-space language
+    ("tuner.results",),  # what trials leave, and its readers
+    ("tuner.host", "tuner.launcher", "tuner.bench", "tuner.engines"),  # the edges
+    ("tuner.errors", "tuner"),
+)
 
 
 def _module_name(path: Path) -> str:
@@ -33,8 +43,11 @@ def _imports(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+            # `from package import module` needs that module; `from module import name` the
+            # module. (A package's __init__ runs before any of its modules either way.)
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in MODULES else node.module)
     return found
 
 
@@ -42,19 +55,69 @@ def _within(name: str, package: str) -> bool:
     return name == package or name.startswith(package + ".")
 
 
+def _unit(module: str) -> str:
+    """The layer unit a module belongs to: its longest prefix named in LAYERS."""
+    units = [u for layer in LAYERS for u in layer if _within(module, u)]
+    return max(units, key=len)
+
+
+def _rank(unit: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if unit in layer)
+
+
+def _known(name: str) -> str | None:
+    """The tuner module an imported name stands for (`tuner.x.y.func` -> `tuner.x.y`)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _graph() -> dict[str, set[str]]:
+    return {
+        module: {m for name in _imports(path) if (m := _known(name)) and m != module}
+        for module, path in MODULES.items()
+    }
+
+
 def test_the_package_has_the_subpackages_the_readme_maps():
-    for package in ("tuner.search", "tuner.results", "tuner.bench", "tuner.engines", "tuner.sim"):
+    units = [u for layer in LAYERS for u in layer] + ["tuner.sim"]
+    for package in units:
         assert package in MODULES, package
+    unplaced = [m for m in MODULES if not _within(m, "tuner.sim") and _unit(m) == "tuner"]
+    assert unplaced == ["tuner"], f"modules outside every layer: {unplaced}"
 
 
-@pytest.mark.parametrize("module", [m for m in MODULES if _within(m, "tuner.results")])
-def test_results_modules_do_not_import_the_trial_path(module):
-    wrong = sorted(
-        name
-        for name in _imports(MODULES[module])
-        if any(_within(name, trial) for trial in TRIAL_PATH)
+@pytest.mark.parametrize("module", [m for m in MODULES if not _within(m, "tuner.sim")])
+def test_imports_point_down_the_layers(module):
+    unit = _unit(module)
+    upward = sorted(
+        target
+        for target in _graph()[module]
+        if not _within(target, "tuner.sim") and _rank(_unit(target)) < _rank(unit)
     )
-    assert not wrong, f"{module} reads results only, but imports {wrong}"
+    assert not upward, f"{module} ({unit}) imports from a layer above it: {upward}"
+
+
+def test_no_import_cycle_deferred_imports_included():
+    graph = _graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    # The benchmark client's cycle is being taken apart on its own branch; until it lands:
+    cycles = [c for c in cycles if not all(_within(m, "tuner.bench") for m in c)]
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
 def test_nothing_outside_the_simulator_imports_it():
@@ -77,12 +140,6 @@ def test_the_simulator_imports_nothing_else_of_the_tuner():
         if _within(name, "tuner") and not _within(name, "tuner.sim")
     )
     assert not wrong, wrong
-
-
-@pytest.mark.parametrize("module", [m for m in MODULES if not _within(m, "tuner.sim")])
-def test_modules_outside_the_simulator_are_at_most_400_lines(module):
-    lines = len(MODULES[module].read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_LINES, f"{module} has {lines} lines; split it along a seam"
 
 
 @pytest.mark.parametrize("module", list(MODULES))

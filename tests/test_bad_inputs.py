@@ -11,10 +11,10 @@ from pathlib import Path
 
 import optuna
 import pytest
-from fixture_studies import sqlite_study
+from support.fixture_studies import sqlite_study
 
 from tuner.results.catalog import list_studies
-from tuner.search.space_load import default_space_path
+from tuner.space.load import default_space_path
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

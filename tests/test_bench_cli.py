@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from bench_fake_server import fake_server, free_port
+from support.bench_fake_server import fake_server, free_port
 
 
 def tuner(*args, env=None):

@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench_fake_server import fake_server
+from support.bench_fake_server import fake_server
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "client_overhead.py"
 

@@ -1,4 +1,4 @@
-"""The client and the runner against a small fake sglang server (tests/bench_fake_server.py)."""
+"""The client and the runner against a small fake sglang server (support/bench_fake_server.py)."""
 
 import asyncio
 import itertools
@@ -6,7 +6,7 @@ import statistics
 
 import httpx
 import pytest
-from bench_fake_server import fake_server, free_port
+from support.bench_fake_server import fake_server, free_port
 
 from tuner.bench import BenchConfig, WorkloadSpec, run_bench, run_bench_async
 from tuner.bench.client import BenchClient, spread

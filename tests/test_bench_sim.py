@@ -10,7 +10,7 @@ import time
 
 import httpx
 import pytest
-from bench_fake_server import free_port, stop_group
+from support.bench_fake_server import free_port, stop_group
 
 from tuner.bench import BenchConfig, WorkloadSpec, run_bench
 

@@ -1,5 +1,5 @@
-"""Range bounds relative to the workload (tuner/search/bounds.py) and the honest trial budget
-(tuner/search/budget.py)."""
+"""Range bounds relative to the workload (tuner/space/relative.py) and the honest trial budget
+(tuner/study/budget.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.errors import UserError
+from tuner.predict.capacity_bound import running_capacity
 from tuner.results import record
-from tuner.search.bounds import PROVISIONAL_CAPACITY
-from tuner.search.budget import RetryCap, SpaceMostlyInfeasible, counts
-from tuner.search.capacity import load_space_for_run, running_capacity
-from tuner.search.options import StudyOptions
-from tuner.search.space import SearchSpace
-from tuner.search.space_load import load_space
-from tuner.search.study import run_trials
+from tuner.space.load import load_space, space_from_dict
+from tuner.space.relative import PROVISIONAL_CAPACITY
+from tuner.study.budget import SkipLimit, SpaceMostlyInfeasible, counts
+from tuner.study.loop import run_trials
+from tuner.study.options import StudyOptions
+from tuner.study.run import resolve_run
 
 
 def _space(bound: object, bench: dict | None = None) -> dict:
@@ -30,20 +30,18 @@ def _space(bound: object, bench: dict | None = None) -> dict:
 
 
 def test_a_bound_relative_to_the_client_count_resolves_at_load_time():
-    space = SearchSpace.from_dict(_space("concurrency"))
+    space = space_from_dict(_space("concurrency"))
     param = space.params["max_running_requests"]
     assert (param.kind, param.low, param.high) == ("int", 1, 16)
     # The stored form keeps the relation, and reads back to the same space.
     assert param.to_dict()["high"] == "concurrency"
-    again = SearchSpace.from_dict(space.to_dict())
+    again = space_from_dict(space.to_dict())
     assert again.to_dict() == space.to_dict()
-    assert (
-        SearchSpace.from_dict(_space("2 * concurrency")).params["max_running_requests"].high == 32
-    )
+    assert space_from_dict(_space("2 * concurrency")).params["max_running_requests"].high == 32
 
 
 def test_a_relative_bound_follows_the_benchmark():
-    space = SearchSpace.from_dict(_space("concurrency", {"concurrency": 64}))
+    space = space_from_dict(_space("concurrency", {"concurrency": 64}))
     assert space.params["max_running_requests"].high == 64
 
 
@@ -62,29 +60,29 @@ def test_a_relative_bound_follows_the_benchmark():
 )
 def test_a_relative_bound_that_cannot_resolve_names_the_key(bound, bench, expected):
     with pytest.raises(UserError, match=r"params\.max_running_requests\.high") as err:
-        SearchSpace.from_dict(_space(bound, bench))
+        space_from_dict(_space(bound, bench))
     assert expected in str(err.value)
 
 
 def test_a_capacity_bound_is_provisional_until_the_host_or_the_file_says():
     open_loop = {"concurrency": None, "request_rate": 4}
-    space = SearchSpace.from_dict(_space("capacity", open_loop))
+    space = space_from_dict(_space("capacity", open_loop))
     assert space.needs_capacity and space.capacity is None
     assert space.params["max_running_requests"].high == PROVISIONAL_CAPACITY
     assert "capacity" not in space.to_dict()
-    fixed = SearchSpace.from_dict({**_space("capacity // 2", open_loop), "capacity": 48})
+    fixed = space_from_dict({**_space("capacity // 2", open_loop), "capacity": 48})
     assert not fixed.needs_capacity and fixed.params["max_running_requests"].high == 24
     stored = fixed.to_dict()
     assert stored["capacity"] == 48 and stored["params"]["max_running_requests"]["high"] == (
         "capacity // 2"
     )
-    assert SearchSpace.from_dict(stored).to_dict() == stored
+    assert space_from_dict(stored).to_dict() == stored
     with pytest.raises(UserError, match="capacity"):
-        SearchSpace.from_dict({**_space("capacity", open_loop), "capacity": 0})
+        space_from_dict({**_space("capacity", open_loop), "capacity": 0})
 
 
 def test_an_open_loop_study_bounds_the_running_cap_by_what_the_gpu_can_run(tmp_path):
-    from sim_spaces import small_space
+    from support.sim_spaces import small_space
 
     path = small_space(
         tmp_path,
@@ -92,12 +90,13 @@ def test_an_open_loop_study_bounds_the_running_cap_by_what_the_gpu_can_run(tmp_p
         bench={"concurrency": None, "request_rate": 8.0},
         params={"max_running_requests": {"low": 1, "high": "capacity", "log": True}},
     )
-    options = StudyOptions(space_path=path, studies_dir=tmp_path / "studies")
-    capacity = running_capacity(load_space(path), options)
+    run = resolve_run(StudyOptions(space_path=path, studies_dir=tmp_path / "studies"))
+    model, gpu_gb = run.host.model, run.host.gpu_memory_gb
+    capacity = running_capacity(load_space(path), model, gpu_gb)
     # The seed model on its 96 GB GPU: more than a handful of requests, fewer than the
     # provisional bound; and a lower memory fraction holds fewer.
     assert 8 < capacity < PROVISIONAL_CAPACITY
-    space = load_space_for_run(path, options)
+    space = run.space
     assert space.capacity == capacity
     assert space.params["max_running_requests"].high == capacity
     smaller = small_space(
@@ -109,7 +108,7 @@ def test_an_open_loop_study_bounds_the_running_cap_by_what_the_gpu_can_run(tmp_p
             "max_running_requests": {"low": 1, "high": "capacity", "log": True},
         },
     )
-    assert running_capacity(load_space(smaller), options) < capacity
+    assert running_capacity(load_space(smaller), model, gpu_gb) < capacity
 
 
 def test_a_capacity_bound_without_the_model_config_says_how_to_fix_it(tmp_path):
@@ -120,7 +119,7 @@ def test_a_capacity_bound_without_the_model_config_says_how_to_fix_it(tmp_path):
     path.write_text(yaml.safe_dump({**data, "model_path": str(tmp_path / "no-such-model")}))
     options = StudyOptions(space_path=path, engine="sglang", gpu_memory_gb=80.0)
     with pytest.raises(UserError, match=r"needs the model's config.json: .*capacity: N"):
-        load_space_for_run(path, options)
+        resolve_run(options)
 
 
 def _objective_skipping(skip_every: int):
@@ -153,13 +152,13 @@ def test_a_mostly_infeasible_space_stops_with_a_clear_message():
     study = optuna.create_study(directions=["maximize", "minimize"])
     with pytest.raises(SpaceMostlyInfeasible, match=r"mostly infeasible.*no KV cache would fit"):
         run_trials(study, _objective_skipping(1), total=5)
-    assert len(study.trials) == RetryCap().max_free_in_a_row
+    assert len(study.trials) == SkipLimit().max_free_in_a_row
 
 
 def test_the_live_display_shows_skips_and_repeats_apart_from_the_trial_count():
     from rich.console import Console
 
-    from tuner.progress import OptimizeDisplay
+    from tuner.optimize.progress import OptimizeDisplay
 
     display = OptimizeDisplay(Console(file=io.StringIO()), 40, "tok/s", "ms")
     display("start", {"done": 0})

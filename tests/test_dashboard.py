@@ -11,9 +11,9 @@ import time
 
 import optuna
 import pytest
-from chromium_helper import launch
-from ctrl_c import sigint_as_in_a_terminal
-from fixture_studies import sqlite_study
+from support.chromium_helper import launch
+from support.ctrl_c import sigint_as_in_a_terminal
+from support.fixture_studies import sqlite_study
 
 from tuner.errors import UserError
 from tuner.results.storage import open_storage
@@ -153,8 +153,8 @@ def test_optuna_dashboard_api_marks_slo_violations_and_pruned_trials_infeasible(
     from pathlib import Path
 
     import optuna_dashboard
-    from fixture_studies import PARETO
     from optuna_dashboard import wsgi
+    from support.fixture_studies import PARETO
 
     from tuner.results.report import analyse
     from tuner.results.study_records import load_records

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tuner.search.space_load import default_space_path, shipped_spaces
+from tuner.space.load import default_space_path, shipped_spaces
 
 
 def test_the_default_space_is_found_beside_the_package_not_under_the_working_directory(

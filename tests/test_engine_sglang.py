@@ -22,8 +22,8 @@ from tuner.engines.sglang import (
 )
 from tuner.engines.snapshot import ParserSnapshot, SnapshotParseError, human_readable_int
 from tuner.errors import UserError
-from tuner.search.space import suggest_flags
-from tuner.search.space_load import default_space_path, load_space, shipped_spaces
+from tuner.space.load import default_space_path, load_space, shipped_spaces
+from tuner.space.model import suggest_flags
 
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOTS = REPO / "tuner" / "engines" / "snapshots"

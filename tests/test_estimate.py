@@ -1,5 +1,5 @@
 """The estimate's TTFT tail, its fitted prefix reuse, and the guide's search over it
-(tuner/search/estimate.py, workload_shape.py, guide.py)."""
+(tuner/predict/estimate.py, workload_shape.py, guide.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import random
 import pytest
 
 from tuner.engines.model_config import ModelMemory
-from tuner.search.estimate import Calibration, Estimator, Observation
-from tuner.search.gpu_specs import gpu_spec
-from tuner.search.guide import Guide, GuideConfig, random_params
-from tuner.search.space_load import load_space
-from tuner.search.workload_shape import WorkloadShape
+from tuner.predict.estimate import Calibration, Estimator, Observation
+from tuner.predict.gpu_specs import gpu_spec
+from tuner.predict.workload_shape import WorkloadShape
+from tuner.space.load import load_space
+from tuner.study.guide import Guide, GuideConfig, random_params
 
 # Qwen3-8B-like shape: 16.4 GB of bf16 weights, 36 layers x 8 KV heads x 128 x 2 x 2 bytes.
 MODEL = ModelMemory(weight_bytes=16.4e9, kv_bytes_per_token=36 * 8 * 128 * 2 * 2)

@@ -11,7 +11,7 @@ import sys
 import optuna
 import pytest
 import yaml
-from fixture_studies import SPECS, build_study, server_args, sqlite_study
+from support.fixture_studies import SPECS, build_study, server_args, sqlite_study
 
 from tuner.errors import UserError
 from tuner.results.export import export_trial

@@ -19,7 +19,7 @@ import httpx
 import optuna
 import pytest
 import yaml
-from fixture_studies import sqlite_study
+from support.fixture_studies import sqlite_study
 
 from tuner.results.export import export_trial
 from tuner.results.storage import open_storage

@@ -15,7 +15,7 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
-from sim_spaces import small_space
+from support.sim_spaces import small_space
 from test_parallel import postgres  # noqa: F401  (the fixture: a throw-away PostgreSQL server)
 
 from tuner.errors import UserError

@@ -2,7 +2,8 @@ import random
 
 import pytest
 
-from tuner.search.feasibility import CrashModel, LaunchObservation, ModelMemory, estimate_memory
+from tuner.predict.memory import ModelMemory, estimate_memory
+from tuner.trial.crash_model import CrashModel, LaunchObservation
 
 QWEN_LIKE = {
     "num_hidden_layers": 64,

@@ -1,5 +1,5 @@
 """The default trial's params, the GPU spec table, the performance estimate and the guide
-(tuner/search/baseline.py, gpu_specs.py, estimate.py, guide.py)."""
+(tuner/study/baseline.py, gpu_specs.py, estimate.py, guide.py)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,16 @@ import optuna
 import pytest
 
 from tuner.engines.model_config import ModelMemory
+from tuner.predict.estimate import Calibration, Estimator, Observation
+from tuner.predict.gpu_specs import gpu_spec
+from tuner.predict.memory import estimate_memory
 from tuner.results import record
-from tuner.search.baseline import baseline_params
-from tuner.search.estimate import Calibration, Estimator, Observation
-from tuner.search.feasibility import estimate_memory
-from tuner.search.gpu_specs import gpu_spec
-from tuner.search.guide import GUIDED_BY, Guide, GuideConfig, neighbours, random_params
-from tuner.search.space import suggest_queued
-from tuner.search.space_load import load_space
-from tuner.search.study import run_trials
+from tuner.results.record import GUIDED_BY
+from tuner.space.load import load_space
+from tuner.space.model import suggest_queued
+from tuner.study.baseline import baseline_params
+from tuner.study.guide import Guide, GuideConfig, neighbours, random_params
+from tuner.study.loop import run_trials
 
 # Qwen3-8B-like shape: 16.4 GB of bf16 weights, 36 layers x 8 KV heads x 128 x 2 x 2 bytes.
 MODEL = ModelMemory(weight_bytes=16.4e9, kv_bytes_per_token=36 * 8 * 128 * 2 * 2)

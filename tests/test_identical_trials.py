@@ -1,5 +1,5 @@
 """Two workers that propose the same flags at the same moment launch them once: the order in
-which they write their flags and read each other's decides who waits (tuner/search/objective.py).
+which they write their flags and read each other's decides who waits (tuner/trial/objective.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.results import record
-from tuner.search.identical import wait_for_identical_running
+from tuner.trial.identical import wait_for_identical_running
 
 FLAGS = {"model_path": "m", "mem_fraction_static": 0.8}
 

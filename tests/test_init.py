@@ -18,9 +18,10 @@ from tuner.errors import UserError
 from tuner.init.command import write_space
 from tuner.init.facts import meminfo_available_gb, read_gpu, read_host
 from tuner.init.write import InitRequest
-from tuner.search.options import StudyOptions
-from tuner.search.space_load import load_space
-from tuner.search.study import run_study
+from tuner.space.load import load_space
+from tuner.study.loop import run_study
+from tuner.study.options import StudyOptions
+from tuner.study.run import resolve_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM_MODELS = ROOT / "tuner" / "sim" / "profiles" / "model"
@@ -93,7 +94,7 @@ def test_init_writes_a_space_with_exactly_the_params_that_apply_and_it_runs(tmp_
 
     fast = _fast(path)
     options = StudyOptions(trials=3, space_path=fast, studies_dir=tmp_path / "studies", seed=0)
-    run_study(options)
+    run_study(resolve_run(options))
     study = optuna.load_study(
         study_name=space.name, storage=f"sqlite:///{tmp_path / 'studies' / space.name}.db"
     )

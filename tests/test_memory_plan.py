@@ -12,7 +12,7 @@ import pytest
 
 from tuner.engines.memory_plan import mamba_slot_ratio, plan_pools, planner_for, version_tuple
 from tuner.engines.model_config import ModelMemory, read_config
-from tuner.search.feasibility import GB, estimate_memory
+from tuner.predict.memory import GB, estimate_memory
 from tuner.sim.args import parse_args
 from tuner.sim.config import resolve
 from tuner.sim.failures import StartupFailure

@@ -11,17 +11,18 @@ from pathlib import Path
 
 import optuna
 import pytest
-from ctrl_c import sigint_as_in_a_terminal
 from optuna.trial import TrialState
-from sim_spaces import small_space
+from support.ctrl_c import sigint_as_in_a_terminal
+from support.sim_spaces import small_space
 
 from tuner.results import record
 from tuner.results.record import INTERRUPTED, RETRY_OF
 from tuner.results.storage import open_storage
-from tuner.search.budget import RetryCap, SpaceMostlyInfeasible, counts
-from tuner.search.options import StudyOptions
-from tuner.search.pruning import StagePrunerConfig
-from tuner.search.study import run_study
+from tuner.study.budget import SkipLimit, SpaceMostlyInfeasible, counts
+from tuner.study.loop import run_study
+from tuner.study.options import StudyOptions
+from tuner.study.run import resolve_run
+from tuner.trial.pruning import StagePrunerConfig
 
 
 def _trials(tmp_path: Path, name: str) -> list[optuna.trial.FrozenTrial]:
@@ -40,7 +41,7 @@ def _no_server_left(tmp_path: Path) -> bool:
 
 def test_small_study_records_every_trial_and_runs_the_default_first(tmp_path):
     space = small_space(tmp_path)
-    summary = run_study(_options(tmp_path, space, trials=6))
+    summary = run_study(resolve_run(_options(tmp_path, space, trials=6)))
     trials = _trials(tmp_path, "small")
     finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     assert sum(counts(t) for t in finished) == 6  # launched; skips and repeats on top
@@ -77,7 +78,7 @@ def test_small_study_records_every_trial_and_runs_the_default_first(tmp_path):
 def test_failed_launches_end_pruned_with_a_violated_constraint(tmp_path):
     space = small_space(tmp_path, fixed_flags={"mem_fraction_static": 0.55})
     params = yaml_params_without(space, "mem_fraction_static")
-    run_study(_options(tmp_path, params, trials=3, feasibility=False))
+    run_study(resolve_run(_options(tmp_path, params, trials=3, feasibility=False)))
     trials = _trials(tmp_path, "small")
     assert [t.state for t in trials] == [TrialState.PRUNED] * 3
     for t in trials:
@@ -92,12 +93,12 @@ def test_failed_launches_end_pruned_with_a_violated_constraint(tmp_path):
 def test_memory_estimate_skips_without_launching(tmp_path):
     space = small_space(tmp_path, fixed_flags={"mem_fraction_static": 0.50})
     params = yaml_params_without(space, "mem_fraction_static")
-    # Nothing fits: skips do not count against --trials (tuner/search/budget.py), so the study
+    # Nothing fits: skips do not count against --trials (tuner/study/budget.py), so the study
     # asks again until the retry cap stops it with a message.
     with pytest.raises(SpaceMostlyInfeasible, match=r"mostly infeasible.*leaves 0\.0 GB"):
-        run_study(_options(tmp_path, params, trials=2))
+        run_study(resolve_run(_options(tmp_path, params, trials=2)))
     trials = _trials(tmp_path, "small")
-    assert len(trials) == RetryCap().max_free_in_a_row
+    assert len(trials) == SkipLimit().max_free_in_a_row
     for t in trials:
         assert t.state == TrialState.PRUNED
         assert t.user_attrs[record.OUTCOME] == record.OUTCOME_SKIPPED
@@ -113,7 +114,7 @@ def test_startup_rule_violation_is_recorded_not_launched(tmp_path):
         space, "enable_hierarchical_cache", "hicache_ratio", "hicache_write_policy"
     )
     with pytest.raises(SpaceMostlyInfeasible, match="hierarchical"):
-        run_study(_options(tmp_path, params, trials=1))
+        run_study(resolve_run(_options(tmp_path, params, trials=1)))
     t = _trials(tmp_path, "small")[0]
     assert t.state == TrialState.PRUNED
     assert t.user_attrs[record.OUTCOME] == record.OUTCOME_INVALID
@@ -123,7 +124,7 @@ def test_startup_rule_violation_is_recorded_not_launched(tmp_path):
 
 def test_server_dying_mid_benchmark_is_recorded(tmp_path):
     space = small_space(tmp_path, sim={"fault_crash_after": 6})
-    run_study(_options(tmp_path, space, trials=1))
+    run_study(resolve_run(_options(tmp_path, space, trials=1)))
     (t,) = _trials(tmp_path, "small")
     assert t.state == TrialState.PRUNED
     assert t.user_attrs[record.OUTCOME] == record.OUTCOME_BENCH_FAILED
@@ -134,7 +135,7 @@ def test_server_dying_mid_benchmark_is_recorded(tmp_path):
 
 def test_a_server_that_answers_only_errors_is_recorded(tmp_path):
     space = small_space(tmp_path, sim={"fault_error_rate": 1.0})
-    run_study(_options(tmp_path, space, trials=1))
+    run_study(resolve_run(_options(tmp_path, space, trials=1)))
     (t,) = _trials(tmp_path, "small")
     assert t.state == TrialState.PRUNED
     assert t.user_attrs[record.OUTCOME] == record.OUTCOME_BENCH_FAILED
@@ -148,7 +149,7 @@ def test_stage_pruner_stops_a_dominated_trial_early(tmp_path):
     # Aggressive on purpose: after one completed trial, anything slower than it is pruned.
     pruner = StagePrunerConfig(n_startup_trials=1, percentile=100, margin=0.0, min_dominators=0)
     study_options = _options(tmp_path, space, trials=1, pruner=pruner)
-    run_study(study_options)
+    run_study(resolve_run(study_options))
     storage = open_storage(None, "small", tmp_path / "studies")
     study = optuna.load_study(study_name="small", storage=storage)
     # A configuration that serves few requests at a time: far less throughput than the default.
@@ -160,7 +161,7 @@ def test_stage_pruner_stops_a_dominated_trial_early(tmp_path):
             "enable_hierarchical_cache": False,
         }
     )
-    run_study(_options(tmp_path, space, trials=2, pruner=pruner))
+    run_study(resolve_run(_options(tmp_path, space, trials=2, pruner=pruner)))
     t = _trials(tmp_path, "small")[1]
     assert t.state == TrialState.PRUNED, t.user_attrs
     assert t.user_attrs[record.OUTCOME] == record.OUTCOME_PRUNED
@@ -255,7 +256,7 @@ def test_ctrl_c_stops_the_server_and_the_same_command_resumes(tmp_path):
 
 def test_identical_configuration_reuses_the_result_without_a_launch(tmp_path):
     space = small_space(tmp_path)
-    run_study(_options(tmp_path, space, trials=1))  # the default trial
+    run_study(resolve_run(_options(tmp_path, space, trials=1)))  # the default trial
     storage = open_storage(None, "small", tmp_path / "studies")
     study = optuna.load_study(study_name="small", storage=storage)
     config = {
@@ -268,7 +269,7 @@ def test_identical_configuration_reuses_the_result_without_a_launch(tmp_path):
     }
     study.enqueue_trial(config)
     study.enqueue_trial(config)
-    run_study(_options(tmp_path, space, trials=3))
+    run_study(resolve_run(_options(tmp_path, space, trials=3)))
     first, second = _trials(tmp_path, "small")[1:3]
     assert first.state == second.state == TrialState.COMPLETE
     assert second.user_attrs[record.DUPLICATE_OF] == first.number
@@ -279,7 +280,7 @@ def test_identical_configuration_reuses_the_result_without_a_launch(tmp_path):
 @pytest.mark.parametrize("sampler", ["nsga2", "random", "grid"])
 def test_other_samplers_run_a_study(tmp_path, sampler):
     space = small_space(tmp_path)
-    run_study(_options(tmp_path, space, trials=3, sampler=sampler))
+    run_study(resolve_run(_options(tmp_path, space, trials=3, sampler=sampler)))
     trials = _trials(tmp_path, "small")
     finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     assert len(finished) == 3
@@ -288,8 +289,8 @@ def test_other_samplers_run_a_study(tmp_path, sampler):
 
 
 def test_grid_enumerates_choices_and_range_points(tmp_path):
-    from tuner.search.sampler import grid_search_space
-    from tuner.search.space_load import load_space
+    from tuner.space.load import load_space
+    from tuner.study.sampler import grid_search_space
 
     grid = grid_search_space(load_space(small_space(tmp_path)))
     assert grid["chunked_prefill_size"] == [2048, 4096, 8192, 16384]

@@ -17,13 +17,13 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
-from sim_spaces import small_space
+from support.sim_spaces import small_space
 
 from tuner.errors import UserError
 from tuner.launcher import free_port
 from tuner.results import record
 from tuner.results.storage import open_storage
-from tuner.search.budget import counts
+from tuner.study.budget import counts
 
 TRIALS = 24
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)

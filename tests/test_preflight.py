@@ -6,23 +6,27 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
-from sim_spaces import small_space
+from support.sim_spaces import small_space
 from typer.testing import CliRunner
 
 from tuner import launcher
 from tuner.cli import app
 from tuner.engines.model_config import ModelMemory
 from tuner.errors import UserError
-from tuner.optimize import run_optimize
-from tuner.search import serve, version_check
-from tuner.search.cost import GRAPH_CAPTURE_S, LOAD_RATE_GB_S, PROCESS_START_S, study_cost
-from tuner.search.options import StudyOptions
-from tuner.search.space_load import load_space
-from tuner.search.study import run_study
+from tuner.host import HostFacts
+from tuner.optimize import version_check
+from tuner.optimize.command import run_optimize
+from tuner.optimize.cost import GRAPH_CAPTURE_S, LOAD_RATE_GB_S, PROCESS_START_S, study_cost
+from tuner.space.load import load_space
+from tuner.study.loop import run_study
+from tuner.study.options import StudyOptions
+from tuner.study.run import resolve_run
+from tuner.trial import measure as serve
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN3_8B = ROOT / "search_spaces" / "qwen3-8b-h200.yaml"
@@ -59,16 +63,16 @@ def test_dry_run_starts_no_server(tmp_path, monkeypatch):
     monkeypatch.setattr(launcher, "launch", no_launch)
     monkeypatch.setattr(serve, "launch", no_launch)  # the trial path's own reference
     options = StudyOptions(trials=3, space_path=QWEN3_8B, studies_dir=tmp_path / "s", seed=0)
-    assert run_optimize(options, QWEN3_8B, workers=1, report=False, dry_run=True) == 0
+    assert run_optimize(options, workers=1, report=False, dry_run=True) == 0
     assert not (tmp_path / "s").exists()
 
 
 def test_the_cost_model(tmp_path):
-    space = load_space(QWEN3_8B)
     model = ModelMemory.from_model_path(ROOT / "tuner" / "sim" / "profiles" / "model" / "qwen3-8b")
     assert model is not None
-    options = StudyOptions(trials=40, space_path=QWEN3_8B, engine="sim")
-    cost = study_cost(space, options, model, "NVIDIA H200", 141.0, done=10)
+    run = resolve_run(StudyOptions(trials=40, space_path=QWEN3_8B, engine="sim"))
+    run = replace(run, host=HostFacts("NVIDIA H200", 141.0, model))
+    cost = study_cost(run, done=10)
     assert cost.launches == 30
     weights_gb = model.weight_bytes / 1e9
     assert cost.launch_s == pytest.approx(PROCESS_START_S + weights_gb + GRAPH_CAPTURE_S)
@@ -76,14 +80,18 @@ def test_the_cost_model(tmp_path):
     assert "the estimate for sglang's defaults on H200" in cost.bench_rule
     assert cost.sim_wall_s is not None and cost.sim_wall_s < cost.gpu_hours * 3600 / 10
     # An unknown GPU: a stated rough rule instead of the estimate.
-    rough = study_cost(space, options, model, "Some Future GPU", None)
+    rough = study_cost(replace(run, host=HostFacts("Some Future GPU", None, model)))
     assert "rough rule" in rough.bench_rule and rough.bench_s > 0
     assert "(10 already in the study)" in cost.lines()[0]
 
 
 def test_a_resumed_study_costs_only_what_is_left(tmp_path):
     space = small_space(tmp_path)
-    run_study(StudyOptions(trials=1, space_path=space, studies_dir=tmp_path / "studies", seed=0))
+    run_study(
+        resolve_run(
+            StudyOptions(trials=1, space_path=space, studies_dir=tmp_path / "studies", seed=0)
+        )
+    )
     out = _dry_run(tmp_path, space, "--trials", "3")
     assert "cost: 2 launches (1 already in the study)" in out
 

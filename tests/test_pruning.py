@@ -1,4 +1,4 @@
-from tuner.search.pruning import StagePoint, StagePruner, StagePrunerConfig, decide
+from tuner.trial.pruning import StagePoint, StagePruner, StagePrunerConfig, decide
 
 CONFIG = StagePrunerConfig(n_startup_trials=4, percentile=25, margin=0.1, min_dominators=2)
 HISTORY = [

@@ -14,16 +14,16 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.results import record
-from tuner.search import signals
-from tuner.search.recovery import (
+from tuner.study import signals
+from tuner.study.loop import run_trials
+from tuner.study.recovery import (
     OwnerHeartbeat,
     process_alive,
     process_start,
     recover_abandoned,
     this_owner,
 )
-from tuner.search.signals import stop_like_ctrl_c
-from tuner.search.study import run_trials
+from tuner.study.signals import stop_like_ctrl_c
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists("/proc/self/stat"), reason="process start times come from /proc"

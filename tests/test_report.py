@@ -6,8 +6,8 @@ import re
 
 import optuna
 import pytest
-from fixture_studies import build_study, sqlite_study
 from plotly.offline import get_plotlyjs
+from support.fixture_studies import build_study, sqlite_study
 
 from tuner.errors import UserError
 from tuner.results.report import write_report

@@ -7,7 +7,7 @@ import math
 
 import optuna
 import pytest
-from fixture_studies import FEASIBLE, PARETO, build_study
+from support.fixture_studies import FEASIBLE, PARETO, build_study
 
 from tuner.results.goals import Slo
 from tuner.results.pareto import (

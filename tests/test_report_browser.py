@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import optuna
 import pytest
-from chromium_helper import launch, png_size
-from fixture_studies import sqlite_study
+from support.chromium_helper import launch, png_size
+from support.fixture_studies import sqlite_study
 
 from tuner.results.report import write_report
 

@@ -18,9 +18,9 @@ from optuna.storages.journal import _file as journal_file
 from optuna.trial import TrialState
 
 from tuner.results import record
-from tuner.search import signals
-from tuner.search.signals import defer_signals_in, deferred, stop_like_ctrl_c
-from tuner.search.study import queue_baseline_and_retries, run_trials
+from tuner.study import signals
+from tuner.study.loop import queue_baseline_and_retries, run_trials
+from tuner.study.signals import defer_signals_in, deferred, stop_like_ctrl_c
 
 SIG = signal.SIGUSR1
 

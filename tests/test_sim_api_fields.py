@@ -8,8 +8,8 @@ import json
 
 import httpx
 import pytest
-from sim_spaces import SEED_NEXTN
 from support.harness import SimProcess
+from support.sim_spaces import SEED_NEXTN
 
 GRAPH_PHASES = {
     "prefill",

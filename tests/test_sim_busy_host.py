@@ -19,9 +19,9 @@ from support.harness import SimProcess
 
 from tuner.bench import BenchConfig, WorkloadSpec, run_bench
 from tuner.engines import sglang as engine
-from tuner.search.options import StudyOptions
-from tuner.search.space_load import default_space_path, load_space
-from tuner.search.target import launch_target
+from tuner.space.load import default_space_path, load_space
+from tuner.study.options import StudyOptions
+from tuner.study.run import launch_target
 
 SPACE = load_space(default_space_path())
 

@@ -14,8 +14,8 @@ import time
 
 import httpx
 import pytest
-from sim_spaces import SEED_NEXTN_OLD, SEED_VERSION
 from support.harness import SimProcess
+from support.sim_spaces import SEED_NEXTN_OLD, SEED_VERSION
 
 SCALE = 10
 # The seed figures come from an sglang older than 0.5.23 (its older memory planner).

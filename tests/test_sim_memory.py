@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from sim_spaces import SEED_NEXTN, SEED_NEXTN_OLD, SEED_VERSION
+from support.sim_spaces import SEED_NEXTN, SEED_NEXTN_OLD, SEED_VERSION
 
 from tuner.sim.args import parse_args
 from tuner.sim.config import resolve

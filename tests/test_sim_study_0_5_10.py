@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import optuna
 import yaml
-from sim_spaces import small_space
+from support.sim_spaces import small_space
 
 from tuner.results import record
 from tuner.results.storage import open_storage
-from tuner.search.options import StudyOptions
-from tuner.search.study import run_study
+from tuner.study.loop import run_study
+from tuner.study.options import StudyOptions
+from tuner.study.run import resolve_run
 
 
 def test_a_0_5_10_study_launches_hicache_on_the_hybrid_model_with_and_without_mtp(tmp_path):
@@ -27,8 +28,14 @@ def test_a_0_5_10_study_launches_hicache_on_the_hybrid_model_with_and_without_mt
     data["params"] = params  # replaces the seed space's parameters
     space.write_text(yaml.safe_dump(data, sort_keys=False))
     run_study(
-        StudyOptions(
-            space_path=space, studies_dir=tmp_path / "studies", seed=0, trials=8, sampler="random"
+        resolve_run(
+            StudyOptions(
+                space_path=space,
+                studies_dir=tmp_path / "studies",
+                seed=0,
+                trials=8,
+                sampler="random",
+            )
         )
     )
     storage = open_storage(None, "old", tmp_path / "studies")

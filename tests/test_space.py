@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from tuner.errors import UserError
-from tuner.search.space import SearchSpace, Slo, suggest_flags
-from tuner.search.space_load import default_space_path, load_space, shipped_spaces
+from tuner.space.load import default_space_path, load_space, shipped_spaces, space_from_dict
+from tuner.space.model import Slo, suggest_flags
 
 # Params must be real sglang flags (the space is checked against the parser snapshot), so the
 # tests use a few with simple types: a categorical, two ints and a float.
@@ -67,7 +67,7 @@ def test_default_space_is_the_seed_scenario():
     assert p["hicache_write_policy"].when == {"enable_hierarchical_cache": (True,)}
     assert p["mamba_radix_cache_strategy"].choices == ("no_buffer", "extra_buffer")
     mrr = p["max_running_requests"]
-    # Bounded by the benchmark's 16 clients (tuner/search/bounds.py).
+    # Bounded by the benchmark's 16 clients (tuner/space/relative.py).
     assert (mrr.kind, mrr.low, mrr.high, mrr.log) == ("int", 1, 16, True)
     assert mrr.relative == {"high": "concurrency"}
     assert p["chunked_prefill_size"].kind == "categorical"
@@ -80,10 +80,10 @@ def test_default_space_is_the_seed_scenario():
 def test_shipped_spaces_load_by_name_and_round_trip(name: str):
     assert name in shipped_spaces()
     space = load_space(name)
-    again = SearchSpace.from_dict(space.to_dict())
+    again = space_from_dict(space.to_dict())
     assert again == space
     # to_dict is what the study stores: it must survive JSON and YAML.
-    assert SearchSpace.from_dict(yaml.safe_load(yaml.safe_dump(space.to_dict()))) == space
+    assert space_from_dict(yaml.safe_load(yaml.safe_dump(space.to_dict()))) == space
 
 
 def test_defaults_fill_optional_sections(tmp_path: Path):
@@ -154,7 +154,7 @@ def test_bad_range_names_key_value_and_rule(tmp_path: Path):
 
 def test_wrong_type_names_value_and_expected_type(tmp_path: Path):
     message = error_for(tmp_path, with_params(page_size={"low": "abc", "high": 2}))
-    # A string is a bound relative to the workload (tuner/search/bounds.py).
+    # A string is a bound relative to the workload (tuner/space/relative.py).
     assert "params.page_size.low: 'abc' is not a number" in message
     assert "may name only concurrency" in message
     message = error_for(tmp_path, with_params(page_size={"low": True, "high": 2}))

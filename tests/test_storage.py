@@ -7,9 +7,9 @@ import time
 
 import optuna
 import pytest
-from fixture_studies import build_study, sqlite_study
 from optuna.storages import RDBStorage
 from optuna.storages.journal import JournalStorage
+from support.fixture_studies import build_study, sqlite_study
 
 from tuner.errors import UserError
 from tuner.results.storage import locate_study, open_storage, study_files

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import optuna
-from fixture_studies import build_study, sqlite_study
+from support.fixture_studies import build_study, sqlite_study
 from typer.testing import CliRunner
 
 from tuner.cli import app

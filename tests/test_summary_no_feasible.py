@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sim_spaces import small_space
+from support.sim_spaces import small_space
 
 
 def _tuner(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from chromium_helper import CHROMIUM
+from support.chromium_helper import CHROMIUM
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 SCRIPT = BENCHMARKS / "tuner_quality.py"
@@ -70,31 +70,25 @@ def test_fast_run_writes_well_formed_figures(tmp_path):
 
 
 @pytest.fixture
-def oracle_serve():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import oracle_serve
-
-        yield oracle_serve
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+def oracle_measurer(benchmarks):
+    return benchmarks("oracle_measurer")
 
 
-def test_oracle_serve_charges_only_what_ran(oracle_serve):
+def test_oracle_measurer_charges_only_what_ran(oracle_measurer):
     from tuner.engines import sglang as engine
     from tuner.launcher import LaunchError
-    from tuner.search.space_load import load_space
+    from tuner.space.load import load_space
 
     space = load_space("qwen3.6-27b-mtp-hicache")
-    serve = oracle_serve.OracleServe(space, seed=0)
+    serve = oracle_measurer.OracleMeasurer(space, seed=0)
     args = engine.build_server_args({"model_path": space.model_path}, space.engine_version)
     stages = []
-    full = serve.serve(
+    full = serve.measure(
         0, args, lambda c, p: None, lambda s, summary: stages.append(summary) or True
     )
     assert len(stages) == space.bench.stages and full.stopped_at_stage is None
     assert stages[-1]["completed"] == full.summary["completed"] > stages[0]["completed"]
-    cut = serve.serve(1, args, lambda c, p: None, lambda s, summary: False)
+    cut = serve.measure(1, args, lambda c, p: None, lambda s, summary: False)
     assert cut.stopped_at_stage == 0 and serve.costs[1].pruned
     assert serve.costs[1].launch_s == serve.costs[0].launch_s > 60  # a launch takes minutes
     assert serve.costs[1].bench_s < serve.costs[0].bench_s / 2
@@ -102,7 +96,7 @@ def test_oracle_serve_charges_only_what_ran(oracle_serve):
         {"model_path": space.model_path, "mem_fraction_static": 0.5}, space.engine_version
     )
     with pytest.raises(LaunchError) as failed:
-        serve.serve(2, starved, lambda c, p: None, lambda s, summary: True)
+        serve.measure(2, starved, lambda c, p: None, lambda s, summary: True)
     assert failed.value.failure_class == "not_enough_memory"
     assert 0 < failed.value.elapsed_s < serve.costs[0].launch_s
     assert serve.costs[2].crashed and serve.costs[2].bench_s == 0

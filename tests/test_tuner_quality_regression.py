@@ -20,12 +20,9 @@ fails.
 from __future__ import annotations
 
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 BUDGET = 40
 EARLY = 20  # the smaller budget: the default must be close by then too
 SEEDS = (0, 1, 2)
@@ -44,21 +41,15 @@ BEST_KNOWN = {
 
 
 @pytest.fixture
-def quality():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import tuner_quality
-
-        yield tuner_quality
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+def quality(benchmarks):
+    return benchmarks("tuner_quality")
 
 
 def test_the_default_beats_random_search_at_40_trials(quality):
-    from oracle_serve import NoiseModel, OracleCache
+    from oracle_measurer import NoiseModel, OracleCache
 
-    from tuner.search.space_load import default_space_path, load_space
-    from tuner.search.study import quiet_optuna
+    from tuner.space.load import default_space_path, load_space
+    from tuner.study.loop import quiet_optuna
 
     quiet_optuna()
     space = load_space(default_space_path())  # judged as shipped (headless oracle)

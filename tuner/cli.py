@@ -120,8 +120,8 @@ def optimize(
     ),
 ) -> None:
     """Run (or resume) a study: sample launch flags, launch, benchmark, prune, record."""
-    from tuner.optimize import run_optimize
-    from tuner.search.options import StudyOptions
+    from tuner.optimize.command import run_optimize
+    from tuner.study.options import StudyOptions
 
     options = StudyOptions(
         trials=trials,
@@ -143,7 +143,7 @@ def optimize(
         tp_size=tp_size,
         heartbeat_s=heartbeat,
     )
-    code = run_optimize(options, space, workers=workers, report=report, dry_run=dry_run)
+    code = run_optimize(options, workers=workers, report=report, dry_run=dry_run)
     if code:
         raise typer.Exit(code)
 

@@ -25,10 +25,23 @@ from typing import IO, Any
 
 import httpx
 
+from tuner.host import nvml_compute_processes
+
 Classifier = Callable[[str, int | None], tuple[str, str]]
 
 PORT_IN_USE = "port_in_use"
 NEVER_READY = "never_ready"
+
+
+@dataclass(frozen=True)
+class LaunchTarget:
+    """Which program serves a study's trials: real sglang, or the simulator with its options."""
+
+    module: str = "sglang.launch_server"
+    extra_args: tuple[str, ...] = ()
+    gpus: str | None = None
+    api_key: str | None = None
+    ready_timeout_s: float = 900.0
 
 
 @dataclass(frozen=True)
@@ -272,28 +285,12 @@ def _wait_gpu_memory_released(gpus: str | None, timeout_s: float = 60.0) -> None
     """On a GPU host with nvidia-ml-py, wait until the next trial will find the memory free."""
     if gpus is None:
         return
-    try:
-        import pynvml
-    except ImportError:
-        return
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return
-    try:
-        indices = [int(g) for g in gpus.split(",") if g.strip()]
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            used = 0
-            for index in indices:
-                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-                used += len(pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
-            if used == 0:
-                return
-            time.sleep(0.5)
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
+    indices = [int(g) for g in gpus.split(",") if g.strip()]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not nvml_compute_processes(indices):  # none left, or no NVML to ask
+            return
+        time.sleep(0.5)
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ def write_space(request: InitRequest, out: Path | None, force: bool = False) -> 
     ranges, the workload; a failure there is a bug of init's, reported with the file."""
     from tuner.init.facts import read_gpu, read_host, read_model, sglang_version
     from tuner.init.write import space_name, space_text
-    from tuner.search.space_load import load_space
+    from tuner.space.load import load_space
 
     model = read_model(request.model_path)
     gpu = read_gpu(request.gpu)
@@ -73,7 +73,7 @@ def init_command(
         host_ram_gb=host_ram_gb,
         name=name,
     )
-    from tuner.search.space_load import load_space
+    from tuner.space.load import load_space
 
     path = write_space(request, out, force)
     typer.echo(f"wrote {path}")

@@ -3,7 +3,7 @@
 Nothing is downloaded and nothing is launched. The model's config.json comes from a local
 directory or the local Hugging Face cache (tuner/engines/model_config.py); the GPU from NVML when
 nvidia-ml-py imports and finds one, else from `--gpu`, which also takes the simulator's hardware
-names; the GPU's spec-sheet figures from the search's table (tuner/search/gpu_specs.py); host RAM
+names; the GPU's spec-sheet figures from the search's table (tuner/predict/gpu_specs.py); host RAM
 from /proc/meminfo (or the simulated host's, for a simulator hardware profile); the sglang version
 from the installed package's metadata, or `--sglang-version`.
 """
@@ -28,8 +28,8 @@ from tuner.engines.model_config import (
 )
 from tuner.engines.sglang import CANONICAL_VERSION, load_snapshot
 from tuner.errors import UserError
-from tuner.search.gpu_specs import GpuSpec, gpu_spec, known_gpus
-from tuner.search.version_check import installed_sglang
+from tuner.host import installed_sglang, nvml_gpu
+from tuner.predict.gpu_specs import GpuSpec, gpu_spec, known_gpus
 
 GB = 1e9
 HOST_RAM_RESERVE_GB = 10.0  # sglang refuses a host pool above free RAM less 10 GB
@@ -107,7 +107,7 @@ def read_model(model_path: str) -> ModelFacts:
 def read_gpu(name: str | None) -> GpuFacts:
     """The GPU by `--gpu` (a table name or a simulator hardware name), else NVML's first GPU."""
     if name is None:
-        found = _nvml_gpu()
+        found = nvml_gpu()
         if found is None:
             raise UserError(
                 "no GPU found through NVML (nvidia-ml-py absent or no device): give --gpu NAME, "
@@ -118,7 +118,7 @@ def read_gpu(name: str | None) -> GpuFacts:
         spec = gpu_spec(device)
         if spec is None:
             raise UserError(
-                f"GPU {device!r} (NVML) is not in the spec table (tuner/search/gpu_specs.py); "
+                f"GPU {device!r} (NVML) is not in the spec table (tuner/predict/gpu_specs.py); "
                 f"give the closest with --gpu NAME, one of: {_known_names()}"
             )
         return GpuFacts(spec, memory_gb, f"NVML: {device}", None)
@@ -207,17 +207,3 @@ def _describe(name: str) -> tuple[int, str]:
     argv = [sys.executable, "-m", "tuner.sim", "--sim-describe", "--sim-hardware", name]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     return out.returncode, out.stdout if out.returncode == 0 else out.stderr
-
-
-def _nvml_gpu() -> tuple[str, float] | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        raw = pynvml.nvmlDeviceGetName(handle)
-        total = pynvml.nvmlDeviceGetMemoryInfo(handle).total
-        pynvml.nvmlShutdown()
-    except Exception:
-        return None
-    return (raw.decode() if isinstance(raw, bytes) else str(raw)), float(total) / GB

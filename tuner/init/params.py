@@ -5,7 +5,7 @@ The rules (each param's comment in the written file repeats its own):
 - `mem_fraction_static` always: from just above the weights' share of the GPU (plus 5 points, at
   least 0.60) to 0.95; the model must leave room for a KV cache at 0.95 or init refuses.
 - `max_running_requests` always, `{low: 1, high: concurrency, log: true}`: the relative bound of
-  the search issue (tuner/search/bounds.py); a closed loop of C clients never runs more than C.
+  the search issue (tuner/space/relative.py); a closed loop of C clients never runs more than C.
 - `chunked_prefill_size` always: 2048-16384, the prefill chunk against the decode stall.
 - speculation only with MTP heads in config.json (NEXTN) or a draft model given (STANDALONE).
 - `mamba_radix_cache_strategy` (+ overlap off for no_buffer) only for hybrid models.
@@ -28,8 +28,8 @@ from typing import Any
 from tuner.engines.sglang import RENAMED_FLAGS, build_server_args, load_snapshot
 from tuner.errors import UserError
 from tuner.init.facts import GB, HOST_RAM_RESERVE_GB, GpuFacts, HostFacts, ModelFacts
-from tuner.search.estimate import WorkloadShape
-from tuner.search.feasibility import estimate_memory
+from tuner.predict.estimate import WorkloadShape
+from tuner.predict.memory import estimate_memory
 
 MEM_FRACTION_HIGH = 0.95
 CHUNKS = [2048, 4096, 8192, 16384]
@@ -111,7 +111,7 @@ def plan_params(
             "max_running_requests",
             {"low": 1, "high": "concurrency", "log": True},
             [
-                "Relative bound (tuner/search/bounds.py): a closed loop of bench.concurrency",
+                "Relative bound (tuner/space/relative.py): a closed loop of bench.concurrency",
                 "clients never runs more requests at once; a higher cap behaves the same.",
             ],
         )

@@ -90,6 +90,9 @@ SURPLUS = "surplus"  # a trial asked for beyond the budget by a concurrent worke
 OWNER = "owner"  # {"host", "pid", "start", "boot"} of the process running the trial
 HEARTBEAT = "heartbeat"  # Unix time of the owner's last sign of life
 ABANDONED = "abandoned"  # why a RUNNING trial was found without a live owner (FAIL, retried)
+GUIDED_BY = (
+    "guided_by"  # "estimate" or "polish": the guide queued this trial (tuner/study/guide.py)
+)
 
 # How a trial ended, beyond Optuna's state.
 OUTCOME_OK = "ok"  # served the whole benchmark (COMPLETE)

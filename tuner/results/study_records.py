@@ -203,7 +203,7 @@ def record_from_trial(trial: FrozenTrial, meta: StudyMeta) -> TrialRecord:
         category=classify(trial.state, outcome, constraints, metrics, meta),
         is_default=bool(attrs.get(record.IS_DEFAULT, False)),
         # The default trial's params are sglang's defaults as the space writes them
-        # (tuner/search/baseline.py); it passed no flag, and readers say "sglang defaults".
+        # (tuner/study/baseline.py); it passed no flag, and readers say "sglang defaults".
         params={} if attrs.get(record.IS_DEFAULT) else dict(trial.params),
         server_args=tuple(str(a) for a in attrs.get(record.SERVER_ARGS) or ()),
         flags=dict(attrs.get(record.FLAGS) or {}),

@@ -1,0 +1,305 @@
+"""An oracle-backed `Measurer`: the tuner's own objective, served by the simulator's oracle.
+
+`tuner.trial.objective.TrialObjective` serves a trial through a pluggable `Measurer`. This one
+launches nothing: it asks `tuner.sim.oracle.predict` what
+`python -m tuner.sim <argv> <--sim-* options>` would do under the search space's workload,
+and plays that back to the objective as a launch failure (`LaunchError`) or as a ready server
+whose benchmark reports cumulative per-stage summaries (sglang's metric names) until the stage
+hook says stop. Everything else (sampling,
+startup rules, feasibility checks, stage pruning, constraints, records) is the real code path,
+so a study runs in milliseconds per trial instead of minutes.
+
+    serve = OracleMeasurer(space, seed=0)
+    objective = TrialObjective(ObjectiveConfig(space=space, study_dir=Path("."),
+                                          target=LaunchTarget(), serve=serve))
+    ...                       # run_trials(study, objective, 40)
+    serve.costs[3].gpu_s      # modelled GPU seconds trial 3 used
+
+What the oracle gives: the summary `tuner bench` would report on the served simulator (the
+oracle is a headless run of the simulator's own scheduler; see tuner/sim/oracle.py), percentiles
+included, and the request records in completion order, so each benchmark stage's cumulative
+summary is the summary of the records completed by then. Measurement noise (a real GPU's
+run-to-run spread; the simulator itself is deterministic): each stage's throughput, TPOT/ITL and
+TTFT figures are scaled by independent log-normal factors (`NoiseModel`), seeded by (seed, trial
+number); a cumulative stage summary uses the mean factor of the stages run so far, as a longer
+measurement averages its noise.
+
+GPU time model (modelled seconds the GPU is held; `GpuTimeModel`, stated assumptions):
+
+- a launch = process start (interpreter, sglang imports, tokenizer, distributed init: 20 s)
+  + weight load (the profile's weight bytes, plus the MTP head with speculative decoding, read
+  from local NVMe and copied over PCIe at an effective 1.0 GB/s, a cold-page-cache safetensors
+  load; the seed 27B model's 55.5 GB take 55 s) + CUDA graph capture (30 s, twice that with
+  speculative decoding, which captures draft and verify graphs too): 105 s without and 137 s
+  with speculation for the seed model, i.e. about two minutes;
+- a crashed launch costs what it ran before dying, by where sglang fails: an argument error
+  5 s (argparse), a ServerArgs rule 20 s (before any weight is read), "Not enough memory" and
+  pool-sizing rules (HiCache host pool) after the weights load (75 s), a CUDA graph capture
+  failure halfway through capture, and an out-of-memory error at the first forward pass after
+  capture (a whole launch);
+- a benchmark costs its modelled duration: the warm-up requests (one median end-to-end latency:
+  they run at once) plus the measured stages that ran; a pruned trial pays only the stages it
+  ran;
+- a trial the objective never serves (a startup-rule violation, a configuration the feasibility
+  model skips, a duplicate whose result is reused) costs nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tuner.bench.client import RequestRecord
+from tuner.bench.metrics import summarize
+from tuner.bench.workload import WorkloadSpec
+from tuner.engines import sglang as engine
+from tuner.launcher import LaunchError
+from tuner.sim.oracle import OracleResult, build, predict
+from tuner.sim.profiles import load_model
+from tuner.space.model import SearchSpace
+from tuner.study.options import StudyOptions
+from tuner.study.run import launch_target
+from tuner.trial.measure import Measurement, ReadyHook, StageHook
+
+
+@dataclass(frozen=True)
+class GpuTimeModel:
+    """Modelled seconds of GPU time per launch phase (see the module docstring)."""
+
+    process_start_s: float = 20.0
+    weight_load_gb_s: float = 1.0
+    graph_capture_s: float = 30.0
+    speculative_graph_factor: float = 2.0
+    argparse_s: float = 5.0
+
+    def weights_s(self, weight_bytes: float) -> float:
+        return weight_bytes / 1e9 / self.weight_load_gb_s
+
+    def capture_s(self, speculative: bool) -> float:
+        return self.graph_capture_s * (self.speculative_graph_factor if speculative else 1.0)
+
+    def launch_s(self, weight_bytes: float, speculative: bool) -> float:
+        return self.process_start_s + self.weights_s(weight_bytes) + self.capture_s(speculative)
+
+    def crash_s(self, phase: str, weight_bytes: float, speculative: bool) -> float:
+        """What a launch that dies in `phase` cost before it died."""
+        loaded = self.process_start_s + self.weights_s(weight_bytes)
+        return {
+            "argparse": self.argparse_s,
+            "server_args": self.process_start_s,
+            "memory_pools": loaded,
+            "graph_capture": loaded + self.capture_s(speculative) / 2,
+            "first_forward": loaded + self.capture_s(speculative),
+        }[phase]
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    """Log-normal stage-to-stage measurement noise (sigma of the log), 0 = exact oracle."""
+
+    throughput: float = 0.02
+    tpot: float = 0.02
+    ttft: float = 0.05
+
+    @classmethod
+    def none(cls) -> NoiseModel:
+        return cls(0.0, 0.0, 0.0)
+
+
+@dataclass
+class TrialCost:
+    """What serving one trial cost, in modelled GPU seconds."""
+
+    launch_s: float = 0.0
+    bench_s: float = 0.0
+    crashed: bool = False
+    failure_class: str | None = None
+    stages_run: int = 0
+    pruned: bool = False
+
+    @property
+    def gpu_s(self) -> float:
+        return self.launch_s + self.bench_s
+
+
+def sim_extra_args(space: SearchSpace) -> list[str]:
+    """The --sim-* options `tuner optimize --engine sim` would pass the simulator."""
+    return list(launch_target(space, StudyOptions(engine="sim")).extra_args)
+
+
+class OracleCache:
+    """Memoised `predict` for one space: the oracle is pure, and sweeps revisit configurations."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.space = space
+        self.workload = WorkloadSpec.from_dict(space.workload)
+        self.extra = sim_extra_args(space)
+        self._results: dict[tuple[str, ...], OracleResult] = {}
+
+    def __call__(self, server_args: list[str]) -> OracleResult:
+        key = tuple(server_args)
+        result = self._results.get(key)
+        if result is None:
+            bench = self.space.bench
+            result = predict(
+                [*server_args, *self.extra],
+                self.workload,
+                concurrency=bench.concurrency,
+                request_rate=bench.request_rate,
+                arrival=bench.arrival,
+                warmup_requests=bench.warmup_requests,
+                keep_records=True,
+            )
+            self._results[key] = result
+        return result
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+
+def failure_phase(server_args: list[str], extra: list[str], failure_class: str) -> str:
+    """Where in sglang's start-up a launch of this class dies (for its GPU cost)."""
+    if failure_class == "bad_argument":
+        return "argparse"
+    if failure_class == "startup_rule":
+        # Rules in ServerArgs fail before the weights load; the oracle raises the rest (the
+        # HiCache host pool) while sizing the memory pools, after the load.
+        try:
+            build([*server_args, *extra])
+        except BaseException:
+            return "server_args"
+        return "memory_pools"
+    if failure_class == "cuda_graph":
+        return "graph_capture"
+    if failure_class == "out_of_memory":
+        return "first_forward"
+    return "memory_pools"  # not_enough_memory and anything unforeseen
+
+
+def stage_boundaries(total: int, stages: int) -> list[int]:
+    """Requests completed at the end of each stage, as tuner.bench.runner splits a run."""
+    stages = min(stages, total)
+    return [math.ceil((i + 1) * total / stages) for i in range(stages)]
+
+
+THROUGHPUTS = ("throughput", "goodput")
+PER_TOKEN = ("tpot", "itl")
+
+
+def noisy(summary: dict[str, float | int], factor: tuple[float, float, float]) -> dict[str, Any]:
+    """`summary` with its throughput, per-token and TTFT figures scaled by `factor`."""
+    out: dict[str, Any] = dict(summary)
+    f_thr, f_tok, f_ttft = factor
+    for key, value in summary.items():
+        if not isinstance(value, int | float) or key in ("completed", "failed"):
+            continue
+        if any(key.endswith(t) for t in THROUGHPUTS):
+            out[key] = value * f_thr
+        elif any(f"_{t}_" in key for t in PER_TOKEN):
+            out[key] = value * f_tok
+        elif "_ttft_" in key:
+            out[key] = value * f_ttft
+    if f_thr > 0 and summary.get("duration"):
+        out["duration"] = float(summary["duration"]) / f_thr
+    return out
+
+
+def stage_summary(
+    records: list[RequestRecord], completed: int, slos: dict[str, float] | None
+) -> dict[str, float | int]:
+    """The runner's cumulative summary once `completed` requests have finished."""
+    done = records[:completed]
+    return summarize(done, max((r.end_s for r in done), default=0.0), slos)
+
+
+@dataclass
+class OracleMeasurer:
+    """A `tuner.trial.Measurer` backed by the simulator's oracle; tallies modelled GPU time."""
+
+    space: SearchSpace
+    seed: int = 0
+    noise: NoiseModel = field(default_factory=NoiseModel)
+    gpu: GpuTimeModel = field(default_factory=GpuTimeModel)
+    oracle: OracleCache | None = None
+    costs: dict[int, TrialCost] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.oracle is None:
+            self.oracle = OracleCache(self.space)
+        model = load_model((self.space.sim or {}).get("model"))
+        self._weight_bytes = model.weight_bytes
+        self._draft_bytes = model.mtp.head_bytes if model.mtp else 0.0
+
+    def _weights(self, speculative: bool) -> float:
+        return self._weight_bytes + (self._draft_bytes if speculative else 0.0)
+
+    def measure(
+        self, number: int, server_args: list[str], on_ready: ReadyHook, on_stage: StageHook
+    ) -> Measurement:
+        assert self.oracle is not None
+        r = self.oracle(server_args)
+        speculative = "--speculative-algorithm" in server_args
+        weights = self._weights(speculative)
+        cost = TrialCost()
+        self.costs[number] = cost
+        if not r.launch_ok:
+            failure_class, message = engine.classify_failure(r.failure or "", 1)
+            phase = failure_phase(server_args, self.oracle.extra, failure_class)
+            cost.launch_s = self.gpu.crash_s(phase, weights, speculative)
+            cost.crashed = True
+            cost.failure_class = failure_class
+            raise LaunchError(failure_class, message, r.failure or "", elapsed_s=cost.launch_s)
+        cost.launch_s = self.gpu.launch_s(weights, speculative)
+        on_ready(
+            {
+                "max_running_requests": r.max_running_requests,
+                "max_total_num_tokens": r.max_total_num_tokens,
+            },
+            None,
+        )
+        warmup_s = r.warmup_s
+        rng = np.random.default_rng([self.seed, number])
+        total = len(r.records) or 1
+        boundaries = stage_boundaries(total, int(self.space.bench.stages))
+        factors: list[tuple[float, float, float]] = []
+        summary: dict[str, float | int] = {}
+        stopped: int | None = None
+        for stage, completed in enumerate(boundaries):
+            factors.append(
+                (
+                    float(np.exp(rng.normal(0.0, self.noise.throughput))),
+                    float(np.exp(rng.normal(0.0, self.noise.tpot))),
+                    float(np.exp(rng.normal(0.0, self.noise.ttft))),
+                )
+            )
+            mean = tuple(float(np.mean([f[i] for f in factors])) for i in range(3))
+            summary = noisy(stage_summary(r.records, completed, None), mean)  # type: ignore[arg-type]
+            cost.stages_run = stage + 1
+            if not on_stage(stage, dict(summary)):
+                stopped = stage
+                cost.pruned = stage < len(boundaries) - 1
+                break
+        duration = float(summary.get("duration", 0.0))
+        cost.bench_s = warmup_s + duration
+        return Measurement(
+            capacity={
+                "max_running_requests": r.max_running_requests,
+                "max_total_num_tokens": r.max_total_num_tokens,
+            },
+            summary=dict(summary),
+            duration_s=duration,
+            stopped_at_stage=stopped,
+            died=False,
+            launch_s=cost.launch_s,
+        )
+
+    def exact_summary(self, server_args: list[str]) -> dict[str, float | int] | None:
+        """The noise-free full-run summary of a configuration (None: the launch fails)."""
+        assert self.oracle is not None
+        r = self.oracle(server_args)
+        if not r.launch_ok:
+            return None
+        return dict(r.summary)

@@ -1,0 +1,154 @@
+"""What a study will cost before its first launch: launches, launch and benchmark time, GPU hours.
+
+    cost = study_cost(space, options, model_memory, gpu_name, done=0)
+    print("\\n".join(cost.lines()))
+
+The model, stated in what it prints:
+
+- launches: `--trials` less the launched configurations a resumed study already holds (skipped
+  proposals and repeats are recorded but launch nothing, so they cost no GPU time);
+- a launch: 20 s to start the process, the weights (config.json) read at 1 GB/s, and 30 s of
+  CUDA-graph capture (60 s with speculation on): the launch model of the quality benchmark
+  (benchmarks/oracle_measurer.py), since only a launch can measure this host's disk and GPU;
+- a benchmark: the workload's output tokens at the throughput the performance estimate predicts
+  for sglang's defaults (tuner/predict/estimate.py: config.json, the GPU's spec sheet, sglang's
+  memory rules) when the GPU is in the table; otherwise a rough rule, 30 ms per output token per
+  client (about 33 tok/s each), stated as such;
+- GPU hours: launches x (launch + benchmark) x GPUs per server, an upper bound since the stage
+  pruner stops clearly dominated trials early;
+- the simulator: each trial's benchmark runs at most `time_scale` times faster than the
+  modelled GPU, plus about 2 s to start a simulator process (a lower bound on the wall time).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tuner.bench.workload import WorkloadSpec
+from tuner.engines.model_config import ModelMemory
+from tuner.predict.estimate import Estimator
+from tuner.predict.gpu_specs import gpu_spec
+from tuner.space.model import SearchSpace
+from tuner.study.run import Run
+
+PROCESS_START_S = 20.0
+LOAD_RATE_GB_S = 1.0
+GRAPH_CAPTURE_S = 30.0
+SPECULATIVE_GRAPH_FACTOR = 2.0
+ROUGH_S_PER_TOKEN = 0.030  # per client, when no estimate: about 33 output tok/s each
+SIM_START_S = 2.0
+
+
+@dataclass(frozen=True)
+class StudyCost:
+    launches: int
+    done: int  # launched configurations the study already holds
+    weights_gb: float | None
+    launch_s: float
+    bench_s: float
+    bench_rule: str
+    gpus_per_server: int
+    time_scale: float | None  # the simulator's; None on sglang
+    speculative: bool = False  # the space can turn speculation on
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.launches * (self.launch_s + self.bench_s) * self.gpus_per_server / 3600
+
+    @property
+    def sim_wall_s(self) -> float | None:
+        if self.time_scale is None:
+            return None
+        return self.launches * (SIM_START_S + self.bench_s / self.time_scale)
+
+    def lines(self) -> list[str]:
+        weights = (
+            f"{self.weights_gb:.1f} GB of weights at {LOAD_RATE_GB_S:g} GB/s"
+            if self.weights_gb is not None
+            else "weights unknown (no config.json here): none counted"
+        )
+        resumed = f" ({self.done} already in the study)" if self.done else ""
+        out = [
+            f"cost: {self.launches} launches{resumed}; skipped proposals launch nothing",
+            f"  launch   ~{_duration(self.launch_s)} each: {PROCESS_START_S:g} s start + {weights}"
+            f" + {GRAPH_CAPTURE_S:g} s CUDA graphs"
+            + (
+                f" (x{SPECULATIVE_GRAPH_FACTOR:g} with speculation, counted for half the trials)"
+                if self.speculative
+                else ""
+            ),
+            f"  bench    ~{_duration(self.bench_s)} per trial: {self.bench_rule}",
+            f"  total    ~{self.gpu_hours:.2f} GPU hours"
+            + (f" ({self.gpus_per_server} GPUs per server)" if self.gpus_per_server > 1 else "")
+            + "; less when the stage pruner stops a trial early",
+        ]
+        if self.sim_wall_s is not None:
+            out.append(
+                f"  simulator: ~{_duration(self.sim_wall_s)} of wall time or more at time scale "
+                f"{self.time_scale:g} (at most that much faster than the modelled GPU; "
+                f"~{SIM_START_S:g} s to start each server)"
+            )
+        return out
+
+
+def study_cost(run: Run, done: int = 0) -> StudyCost:
+    """What the rest of the study will cost; `done`: launches a resumed study already holds."""
+    space, options, model = run.space, run.options, run.host.model
+    launches = max(options.trials - done, 0)
+    weights_gb = None if model is None else (model.weight_bytes + model.draft_bytes) / 1e9
+    speculative = "speculative_algorithm" in space.params
+    capture = GRAPH_CAPTURE_S * ((1 + SPECULATIVE_GRAPH_FACTOR) / 2 if speculative else 1.0)
+    launch_s = PROCESS_START_S + (weights_gb or 0.0) / LOAD_RATE_GB_S + capture
+    bench_s, rule = bench_seconds(space, model, run.host.gpu_name, run.host.gpu_memory_gb)
+    time_scale = None
+    if options.engine == "sim":
+        time_scale = float(options.time_scale or space.sim.get("time_scale") or 1.0)
+    return StudyCost(
+        launches,
+        done,
+        weights_gb,
+        launch_s,
+        bench_s,
+        rule,
+        options.tp_size,
+        time_scale,
+        speculative,
+    )
+
+
+def bench_seconds(
+    space: SearchSpace, model: ModelMemory | None, gpu_name: str | None, gpu_gb: float | None
+) -> tuple[float, str]:
+    """Modelled seconds of one trial's benchmark, and the rule that gave them."""
+    spec = WorkloadSpec.from_dict(space.workload)
+    conversations = spec.make_conversations()
+    requests = sum(len(c.turns) for c in conversations) + space.bench.warmup_requests
+    outputs = sum(t.output_len for c in conversations for t in c.turns)
+    tokens = outputs * requests / max(requests - space.bench.warmup_requests, 1)
+    clients = space.bench.concurrency or requests
+    what = f"{requests} requests, {tokens:,.0f} output tokens, {clients} clients"
+    gpu = gpu_spec(gpu_name)
+    if model is not None and gpu is not None:
+        flags = {"model_path": space.model_path, **space.fixed_flags}
+        prediction = Estimator(space, model, gpu, gpu_gb or gpu.memory_gb).predict(flags)
+        if prediction.fits and prediction.throughput > 0:
+            return tokens / prediction.throughput, (
+                f"{what} at {prediction.throughput:,.0f} tok/s, the estimate for sglang's "
+                f"defaults on {gpu.name} (tuner/predict/estimate.py)"
+            )
+    per_client = tokens / min(clients, requests)
+    return per_client * ROUGH_S_PER_TOKEN, (
+        f"{what}; rough rule, no estimate for this GPU and model: "
+        f"{ROUGH_S_PER_TOKEN * 1000:g} ms per output token per client"
+    )
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,157 @@
+"""The live display of `tuner optimize`: one rich panel fed by the objective's events."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from tuner.results import record
+
+_NOT_LAUNCHED = (record.OUTCOME_SKIPPED, record.OUTCOME_INVALID)
+
+
+def format_flags(flags: dict[str, Any]) -> str:
+    """Tuned flags on one line: switches bare, floats short, unset ones left out."""
+    parts = []
+    for key, value in flags.items():
+        if value is None or value is False:
+            continue
+        if value is True:
+            parts.append(key)
+        else:
+            parts.append(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}")
+    return " ".join(parts) or "sglang defaults"
+
+
+class OptimizeDisplay:
+    """Receives (kind, data) events and keeps a live panel up to date."""
+
+    def __init__(self, console: Console, total: int, throughput: str, latency: str) -> None:
+        self.console = console
+        self.total = total
+        self.throughput_name = throughput
+        self.latency_name = latency
+        self.started = time.monotonic()
+        self.done_at_start = 0
+        self.finished = 0
+        self.counts = {"completed": 0, "pruned": 0, "failed": 0, "skipped": 0, "repeated": 0}
+        self.current: dict[int, dict[str, str]] = {}  # running trials, by number
+        self.best: list[tuple[float, float, int]] = []
+        self.live: Live | None = None
+
+    def __enter__(self) -> OptimizeDisplay:
+        self.live = Live(self.render(), console=self.console, refresh_per_second=4, transient=True)
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(None, None, None)
+            self.live = None
+
+    def __call__(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "start":
+            self.done_at_start = int(data.get("done", 0))
+            self.finished = self.done_at_start
+        elif kind == "sampled":
+            self.current[data["number"]] = {
+                "flags": "sglang defaults"
+                if data.get("is_default")
+                else format_flags(data["flags"]),
+                "status": "checking",
+            }
+        elif kind == "launching":
+            self._status(data, "launching server")
+        elif kind == "ready":
+            cap = data.get("capacity", {})
+            self._status(
+                data,
+                f"benchmarking (max_running_requests={cap.get('max_running_requests', '?')})",
+            )
+        elif kind == "stage":
+            self._status(
+                data,
+                f"stage {data['stage'] + 1}/{data['n_stages']}: "
+                f"{data['throughput']:.1f} tok/s, {data['latency']:.1f} ms",
+            )
+        elif kind in ("waiting", "gave_up"):
+            self._log(data["message"])
+        elif kind == "recovered":
+            retry = data.get("retry")
+            self._log(
+                f"trial {data['number']} (worker {data['worker']}) was abandoned: "
+                f"{data['reason']}; "
+                + (f"queued again as trial {retry}" if retry is not None else "retried enough")
+            )
+        elif kind == "worker_died":
+            self._log(
+                f"worker {data['worker']} died (exit {data['exitcode']}); "
+                f"queued again: {data.get('retried') or 'nothing'}"
+            )
+        elif kind in ("completed", "pruned", "failed"):
+            # --trials counts launched configurations (tuner/study/budget.py): a skip or a
+            # repeat of a measured configuration is shown but does not advance the count.
+            free = data.get("duplicate") or data.get("outcome") in _NOT_LAUNCHED
+            if not free:
+                self.finished += 1
+            if data.get("duplicate"):
+                self.counts["repeated"] += 1
+                self._log(f"trial {data['number']}: {data.get('message', 'repeated')}")
+            elif kind == "completed":
+                self.counts["completed"] += 1
+                if data.get("feasible", True):
+                    self.best.append((data["throughput"], data["latency"], data["number"]))
+                self._log(
+                    f"trial {data['number']}: {data['throughput']:.1f} tok/s, "
+                    f"{data['latency']:.1f} ms"
+                    + ("" if data.get("feasible", True) else " (violates an SLO)")
+                )
+            elif kind == "pruned":
+                self.counts["pruned"] += 1
+                self._log(f"trial {data['number']}: pruned at stage {data['stage'] + 1}")
+            else:
+                key = "skipped" if data.get("outcome") in _NOT_LAUNCHED else "failed"
+                self.counts[key] += 1
+                self._log(f"trial {data['number']}: {data.get('outcome')}: {data.get('message')}")
+            self.current.pop(data["number"], None)
+        if self.live is not None:
+            self.live.update(self.render())
+
+    def _status(self, data: dict[str, Any], status: str) -> None:
+        trial = self.current.setdefault(data["number"], {"flags": "", "status": ""})
+        trial["status"] = status
+
+    def _log(self, line: str) -> None:
+        self.console.print(Text(line, style="dim"))
+
+    def render(self) -> Group:
+        elapsed = time.monotonic() - self.started
+        ran = self.finished - self.done_at_start
+        left = max(self.total - self.finished, 0)
+        eta = f"{elapsed / ran * left:.0f}s" if ran else "?"
+        head = Text.assemble(
+            ("trial ", "bold"),
+            (f"{min(self.finished + 1, self.total)}/{self.total}", "bold cyan"),
+            f"  completed {self.counts['completed']}  pruned {self.counts['pruned']}"
+            f"  failed {self.counts['failed']}  skipped {self.counts['skipped']}"
+            f"  repeated {self.counts['repeated']}"
+            f"  elapsed {elapsed:.0f}s  remaining ~{eta}",
+        )
+        parts: list[Any] = [head]
+        for number, trial in sorted(self.current.items()):
+            parts.append(Text(f"#{number} {trial['flags']}"))
+            parts.append(Text(f"  {trial['status']}", style="yellow"))
+        if self.best:
+            table = Table(title="best so far", box=None, show_header=True)
+            table.add_column("trial")
+            table.add_column(self.throughput_name, justify="right")
+            table.add_column(self.latency_name, justify="right")
+            for thr, lat, number in sorted(self.best, key=lambda b: -b[0])[:3]:
+                table.add_row(str(number), f"{thr:.1f}", f"{lat:.1f}")
+            parts.append(table)
+        return Group(*parts)

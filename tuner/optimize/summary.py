@@ -1,0 +1,80 @@
+"""The end-of-study printout: the Pareto front as a table, and where the study lives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from tuner.optimize.progress import format_flags
+from tuner.results import record
+from tuner.space.model import SearchSpace
+from tuner.study.options import StudySummary
+
+
+def print_summary(
+    console: Console, summary: StudySummary, space: SearchSpace, studies_dir: Path
+) -> None:
+    counts = ", ".join(f"{n} {state.lower()}" for state, n in sorted(summary.counts.items()))
+    console.print(f"study [bold]{summary.study_name}[/bold]: {counts or 'no trials'}")
+    thr_name, lat_name = space.objectives.throughput, space.objectives.latency
+    default = summary.default_trial
+    if default is not None and default.values:
+        console.print(
+            f"default (trial {default.number}): {default.values[0]:.1f} {thr_name}, "
+            f"{default.values[1]:.1f} {lat_name}"
+        )
+    if not summary.pareto:
+        console.print(_nothing_to_export(summary, studies_dir), soft_wrap=True)
+    else:
+        table = Table(title="Pareto front (feasible trials)")
+        table.add_column("trial", justify="right")
+        table.add_column(thr_name, justify="right")
+        table.add_column(lat_name, justify="right")
+        table.add_column("running cap", justify="right")
+        table.add_column("KV tokens", justify="right")
+        for t in summary.pareto:
+            capacity = t.user_attrs.get(record.CAPACITY) or {}
+            table.add_row(
+                str(t.number),
+                f"{t.values[0]:.1f}",
+                f"{t.values[1]:.1f}",
+                str(capacity.get("max_running_requests", "?")),
+                str(capacity.get("max_total_num_tokens", "?")),
+            )
+        console.print(table)
+        for t in summary.pareto:
+            flags = (
+                "sglang defaults" if t.user_attrs.get(record.IS_DEFAULT) else format_flags(t.params)
+            )
+            console.print(f"  trial {t.number}: {flags}", soft_wrap=True)
+    if summary.pareto:
+        prefix = _export_prefix(summary, studies_dir)
+        console.print(f"export one with: {prefix} --pick knee", soft_wrap=True)
+    console.print(f"study directory: {summary.study_dir}")
+    console.print(f"storage: {summary.storage_description}")
+
+
+def _nothing_to_export(summary: StudySummary, studies_dir: Path) -> str:
+    """What `tuner export --pick knee` would say now: with SLOs nothing met, the trial that comes
+    closest and an export command with limits it meets (tuner/results/pick.py)."""
+    from tuner.results.pick import NoCandidate, Pick, pick_trial
+    from tuner.results.storage import open_storage
+    from tuner.results.study_records import load_records
+
+    storage = open_storage(summary.storage, summary.study_name, studies_dir)
+    meta, trials = load_records(storage, summary.study_name)
+    try:
+        pick_trial(trials, meta, Pick.KNEE)
+    except NoCandidate as exc:
+        return exc.command(_export_prefix(summary, studies_dir))
+    return "no feasible completed trial yet"
+
+
+def _export_prefix(summary: StudySummary, studies_dir: Path) -> str:
+    """`tuner export` with the options that find this study (a URL's password hidden)."""
+    from tuner.results.pick import export_prefix
+
+    shown = summary.storage_description if summary.storage else None
+    return export_prefix(summary.study_name, shown, studies_dir)

@@ -1,0 +1,362 @@
+"""A performance estimate from public facts, recalibrated by the study's own measurements.
+
+What it knows: the model's shape (config.json, tuner/engines/model_config.py), the GPU's
+spec-sheet memory, bandwidth and bf16 peak (tuner/predict/gpu_specs.py), sglang's memory rules
+(tuner/predict/memory.py over tuner/engines/memory_plan.py), and the workload and benchmark
+of the space. What it does not know, it fits to the trials measured so far:
+
+- `bandwidth_fraction`: the share of peak memory bandwidth a decode step reaches;
+- `prefill_fraction`: the share of the bf16 peak a prefill reaches;
+- `accept_rate`: the chance each draft token is accepted (speculation); sglang reports the
+  accept length of every speculative run, and the record keeps it as `accept_length`;
+- `prefix_reuse`: the share of the modelled prefix-cache hits that happen, from the cache hit
+  rate the benchmark reports (the tokens sglang says it served from cache), when it reports any;
+- a correction per categorical value (e.g. a Mamba cache strategy, HiCache on), learned from the
+  residuals of the measured trials, for what the formulas below leave out.
+
+The model (a closed loop of C clients; `running` requests decode together, the others queue):
+
+    step      = max(bytes read / (bandwidth x fraction), flops / (peak x fraction)) + overhead
+    bytes     = weights + running x context x KV bytes per token (+ draft head per draft step)
+    accepted  = 1 + p + p^2 + ... + p^steps tokens per step and request (speculation)
+    prefill   = uncached prompt tokens x 2 x params / (peak x prefill fraction), per request
+    cycle     = running x prefill + output / accepted x step       (GPU time for `running` requests)
+    output/s  = running x output / cycle;  TPOT = cycle / output
+    TTFT      = prefill, + ceil(waiting / running) x cycle for a request that finds no free slot
+                (the clients start together, so slots free up in waves); a tail TTFT is at
+                least the opening burst's: every client's uncached first prompt prefilled
+
+The prefix cache: the share of a prompt that earlier requests already sent (a shared system
+prompt, a conversation's history), scaled down when the cache (KV pool, plus host memory with
+HiCache) holds less than the working set. It never reads the simulator: a real GPU host gives the
+same inputs (NVML's device name and memory, the checkpoint's config.json).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tuner.engines.model_config import ModelMemory
+from tuner.predict.gpu_specs import GpuSpec
+from tuner.predict.memory import estimate_memory
+from tuner.predict.workload_shape import WorkloadShape
+from tuner.space.model import SearchSpace
+
+GB = 1e9
+STEP_OVERHEAD_S = 0.0015  # one CUDA-graph replay and the scheduler's work around it
+EAGER_OVERHEAD_S = 0.007  # a batch beyond the captured CUDA graphs runs eagerly
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The estimate's unknowns; `fit` moves them to match measured trials."""
+
+    bandwidth_fraction: float = 0.75
+    prefill_fraction: float = 0.5
+    accept_rate: float = 0.7
+    # Share of the modelled prefix-cache hits that happen (0: the estimate ignores the prefix
+    # cache, as robustness runs start); refit to the cache hit rate the benchmark measures.
+    prefix_reuse: float = 1.0
+
+
+@dataclass(frozen=True)
+class Prediction:
+    fits: bool
+    throughput: float  # output tok/s
+    tpot_ms: float
+    ttft_ms: float  # a request that finds a free slot
+    running: int
+    accept_length: float
+    queued_ttft_ms: float = 0.0  # a request that waits for a slot (closed loop, clients > cap)
+    queued_share: float = 0.0  # share of requests that wait
+    burst_ttft_ms: float = 0.0  # the last of the clients' opening burst to get a first token
+    hit_rate: float = 0.0  # share of prompt tokens served from the prefix cache
+    burst_share: float = 0.0  # share of the benchmark's requests in the opening burst
+
+    def ttft_at(self, quantile: float) -> float:
+        """TTFT at a quantile: the waiting requests' when more than 1 - quantile of them wait;
+        at least the opening burst's at that quantile when the burst holds more than 1 -
+        quantile of the requests (its k-th request waits for the prefill of the k - 1 before)."""
+        tail = 1.0 - quantile
+        burst = 0.0
+        if self.burst_share > tail:
+            burst = self.burst_ttft_ms * (1.0 - tail / self.burst_share)
+        if self.queued_share > tail:
+            return max(self.queued_ttft_ms, burst)
+        return max(self.ttft_ms, burst)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One measured trial: its flags and what it gave."""
+
+    flags: Mapping[str, Any]
+    throughput: float
+    tpot_ms: float
+    running: int | None
+    accept_length: float | None
+    params: Mapping[str, Any] | None = None  # the trial's sampled params (categoricals learned)
+    metrics: Mapping[str, Any] | None = None  # the benchmark summary (SLO metrics learned)
+
+
+class Estimator:
+    """Predicts (throughput, TPOT, TTFT) of a configuration; refit with `fit`."""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        model: ModelMemory,
+        gpu: GpuSpec,
+        gpu_memory_gb: float,
+        calibration: Calibration | None = None,
+        fixed: Calibration | None = None,
+    ) -> None:
+        self.space = space
+        self.model = model
+        self.gpu = gpu
+        self.gpu_memory_gb = gpu_memory_gb
+        self.calibration = calibration or Calibration()
+        # A deliberately wrong estimate (robustness runs) scales the fitted values by these.
+        self.bias = fixed or Calibration(1.0, 1.0, 1.0)
+        self.clients = int(space.bench.concurrency or 64)
+        self.shape = WorkloadShape.of(space.workload, self.clients)
+        self.params = model.weight_bytes / 2.0  # bf16 weights: bytes / 2
+        self._memory_cache: dict[tuple[Any, ...], Any] = {}
+        # Learned per categorical value: log of measured / predicted throughput, shrunk to 0.
+        self.corrections: dict[tuple[str, str], float] = {}
+        # Learned per SLO metric: measured / predicted (TTFT tails depend on arrival bursts and
+        # prefill queueing the formulas only bound).
+        self.slo_scale: dict[str, float] = {}
+
+    # -- prediction ---------------------------------------------------------------------------
+
+    def predict(self, flags: Mapping[str, Any]) -> Prediction:
+        cal = self.calibration
+        bias = self.bias
+        bw = self.gpu.bandwidth_gb_s * GB * cal.bandwidth_fraction * bias.bandwidth_fraction
+        peak = self.gpu.bf16_tflops * 1e12 * cal.prefill_fraction * bias.prefill_fraction
+        key = tuple(sorted((k, str(v)) for k, v in flags.items()))
+        memory = self._memory_cache.get(key)
+        if memory is None:
+            memory = estimate_memory(
+                flags, self.model, self.gpu_memory_gb, version=self.space.engine_version
+            )
+            self._memory_cache[key] = memory
+        if not memory.fits:
+            return Prediction(False, 0.0, math.inf, math.inf, 0, 1.0)
+        spec = bool(flags.get("speculative_algorithm"))
+        steps = int(flags.get("speculative_num_steps") or 3) if spec else 0
+        draft = int(flags.get("speculative_num_draft_tokens") or steps + 1) if spec else 1
+        p = min(max(cal.accept_rate * bias.accept_rate, 0.0), 0.98)
+        accepted = sum(p**i for i in range(steps + 1)) if spec else 1.0
+
+        shape = self.shape
+        context = shape.prompt + shape.output / 2
+        cap = flags.get("max_running_requests")
+        running = min(self.clients, memory.max_running_requests or self.clients)
+        if cap:
+            running = min(running, int(cap))
+        running = max(1, min(running, int(memory.kv_tokens // max(context, 1)) or 1))
+
+        # The prefix cache: how much of the shareable prompt the pools keep.
+        hit_tokens, kept = 0.0, 0.0
+        reuse = max(cal.prefix_reuse, 0.0)
+        if reuse > 0 and not flags.get("disable_radix_cache") and shape.shareable > 0:
+            capacity = float(memory.kv_tokens)
+            if flags.get("enable_hierarchical_cache"):
+                capacity *= 1.0 + float(flags.get("hicache_ratio") or 2.0)
+            kept = min(1.0, capacity / max(shape.working_set, 1.0)) * reuse
+            hit_tokens = min(shape.shareable * kept, shape.prompt)
+            if self.model.hybrid and flags.get("mamba_radix_cache_strategy") == "no_buffer":
+                hit_tokens *= 0.5  # state is cached only at request ends
+        new_tokens = max(shape.prompt - hit_tokens, 1.0)
+        chunk = float(flags.get("chunked_prefill_size") or 8192)
+        chunks = math.ceil(new_tokens / chunk)
+        weights = self.model.weight_bytes
+        prefill_s = max(new_tokens * 2 * self.params / peak, chunks * weights / bw) + (
+            chunks * STEP_OVERHEAD_S
+        )
+        if flags.get("enable_hierarchical_cache") and hit_tokens > 0:
+            host = self.gpu.host_link_gb_s * GB * 0.5
+            prefill_s += hit_tokens * self.model.kv_bytes_per_token * 0.2 / host
+
+        graph_bs = int(
+            flags.get("cuda_graph_max_bs_decode") or flags.get("cuda_graph_max_bs") or 256
+        )
+        overhead = (
+            STEP_OVERHEAD_S if running * draft <= graph_bs * max(draft, 1) else EAGER_OVERHEAD_S
+        )
+        if flags.get("disable_overlap_schedule"):
+            overhead += 0.001
+        kv_read = running * context * (self.model.kv_bytes_per_token)
+        step_bytes = weights + kv_read
+        step_flops = running * draft * 2 * self.params
+        step_s = max(step_bytes / bw, step_flops / peak) + overhead
+        if spec:
+            draft_bytes = self.model.draft_bytes or weights / 40
+            step_s += steps * (draft_bytes / bw + STEP_OVERHEAD_S * 0.5)
+        decode_s = shape.output / accepted * step_s
+        cycle = running * prefill_s + decode_s
+        throughput = running * shape.output / cycle
+        tpot_ms = 1000 * cycle / shape.output
+        waiting = max(self.clients - running, 0)
+        ttft_ms = 1000 * prefill_s * (1 + running / 8)
+        burst_tokens = self._burst_tokens(flags, running, kept, chunk)
+        burst_ms = 1000 * max(
+            burst_tokens * 2 * self.params / peak, math.ceil(burst_tokens / chunk) * weights / bw
+        )
+        # The clients start together, so the running requests finish in waves: a request that
+        # finds every slot taken waits for whole turns of the running batch, not a share of one.
+        queued_ms = ttft_ms + 1000 * math.ceil(waiting / running) * cycle
+        return Prediction(
+            True, throughput, tpot_ms, ttft_ms, running, accepted, queued_ms,
+            waiting / self.clients, burst_ms, hit_tokens / max(shape.prompt, 1.0),
+            min(1.0, running / max(shape.requests, 1)),
+        )  # fmt: skip
+
+    def _burst_tokens(
+        self, flags: Mapping[str, Any], running: int, kept: float, chunk: float
+    ) -> float:
+        """Prompt tokens prefilled before the last of the opening burst's requests (one per
+        running slot) gets its first token. A prefix is cached once a prefill ends, so the
+        requests prefilled in the same chunk as a prefix's first, and every request when the
+        cache keeps a hybrid model's state only at request ends (no_buffer), send it again."""
+        shape = self.shape
+        shared = min(shape.first_shared * kept, shape.first_prompt)
+        if self.model.hybrid and flags.get("mamba_radix_cache_strategy") == "no_buffer":
+            shared = 0.0
+        together = max(1, int(chunk // max(shape.first_prompt, 1.0)))
+        repeats = min(running, max(shape.prefixes, together))
+        return running * (shape.first_prompt - shared) + repeats * shared
+
+    def score(self, flags: Mapping[str, Any]) -> float:
+        """Predicted throughput within the space's SLOs (TTFT and TPOT limits), else a penalty
+        that grows with the predicted violation."""
+        prediction = self.predict(flags)
+        if not prediction.fits:
+            return -1.0
+        correction = math.exp(
+            sum(self.corrections.get((k, repr(v)), 0.0) for k, v in flags.items())
+        )
+        for slo in self.space.slos:
+            stat, _, quantity = slo.metric.partition("_")
+            quantile = {"p90": 0.9, "p95": 0.95, "p99": 0.99}.get(stat, 0.5)
+            value = {"ttft_ms": prediction.ttft_at(quantile), "tpot_ms": prediction.tpot_ms}.get(
+                quantity
+            )
+            if value is not None:
+                value *= self.slo_scale.get(slo.metric, 1.0)
+            if value is not None and slo.op == "<=" and value > slo.limit:
+                # Below any configuration within the SLOs, and lower the further out it is, so
+                # that a search over the estimate is led back inside.
+                return prediction.throughput * correction * 0.05 * slo.limit / value
+        return prediction.throughput * correction
+
+    # -- calibration --------------------------------------------------------------------------
+
+    def fit(self, observations: Sequence[Observation]) -> None:
+        """Fit the unknowns to what was measured: log-error least squares over a small grid."""
+        plain = [o for o in observations if o.throughput > 0]
+        if not plain:
+            return
+        accepts = [
+            (o.accept_length, int(o.flags.get("speculative_num_steps") or 3))
+            for o in plain
+            if o.flags.get("speculative_algorithm") and o.accept_length
+        ]
+        cal = self.calibration
+        if accepts:
+            cal = replace(cal, accept_rate=_fit_accept_rate(accepts) / self.bias.accept_rate)
+        cal = self._fit_prefix_reuse(plain, cal)
+        best = (math.inf, cal)
+        # Fractions of the spec-sheet figures; above 1 when the table (or a bias) understates.
+        for bw in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5, 2.0):
+            for pf in (0.2, 0.35, 0.5, 0.7, 0.9, 1.2, 1.6, 2.5):
+                self.calibration = replace(cal, bandwidth_fraction=bw, prefill_fraction=pf)
+                error = 0.0
+                for o in plain:
+                    pred = self.predict(o.flags)
+                    if not pred.fits:
+                        continue
+                    error += math.log(pred.throughput / o.throughput) ** 2
+                    if math.isfinite(o.tpot_ms) and o.tpot_ms > 0:
+                        error += 0.5 * math.log(pred.tpot_ms / o.tpot_ms) ** 2
+                if error < best[0]:
+                    best = (error, self.calibration)
+        self.calibration = best[1]
+        self._learn_corrections(plain)
+        self._learn_slo_scale(plain)
+
+    def _fit_prefix_reuse(
+        self, observations: Sequence[Observation], cal: Calibration
+    ) -> Calibration:
+        """Measured over modelled (at full reuse) cache hit rate, when the benchmark reports
+        hits at all (a server that reports no cached tokens says nothing about its cache)."""
+        measured = [float((o.metrics or {}).get("cache_hit_rate") or 0.0) for o in observations]
+        if max(measured, default=0.0) <= 0.01:
+            return cal
+        self.calibration = replace(cal, prefix_reuse=1.0)
+        modelled = [self.predict(o.flags) for o in observations]
+        pairs = [(m, p.hit_rate) for m, p in zip(measured, modelled, strict=True) if p.fits]
+        total = sum(p for _, p in pairs)
+        if total <= 0:
+            return cal
+        return replace(cal, prefix_reuse=min(sum(m for m, _ in pairs) / total, 1.5))
+
+    def _learn_slo_scale(self, observations: Sequence[Observation]) -> None:
+        """Median of measured / predicted for each latency SLO metric, from 2 trials on."""
+        self.slo_scale = {}
+        for slo in self.space.slos:
+            stat, _, quantity = slo.metric.partition("_")
+            quantile = {"p90": 0.9, "p95": 0.95, "p99": 0.99}.get(stat, 0.5)
+            ratios = []
+            for o in observations:
+                measured = (o.metrics or {}).get(slo.metric)
+                pred = self.predict(o.flags)
+                if not measured or not pred.fits:
+                    continue
+                predicted = {"ttft_ms": pred.ttft_at(quantile), "tpot_ms": pred.tpot_ms}.get(
+                    quantity
+                )
+                if predicted and math.isfinite(predicted) and predicted > 0:
+                    ratios.append(float(measured) / predicted)
+            if len(ratios) >= 2:
+                ratios.sort()
+                self.slo_scale[slo.metric] = ratios[len(ratios) // 2]
+
+    def _learn_corrections(self, observations: Sequence[Observation]) -> None:
+        """What the model misses about a categorical choice (e.g. a cache strategy's effect on
+        prefix reuse): the mean log residual of the trials with that value, shrunk towards 0
+        by n / (n + 2), relative to the mean over all trials."""
+        residuals: list[tuple[Mapping[str, Any], float]] = []
+        for o in observations:
+            pred = self.predict(o.flags)
+            if pred.fits and pred.throughput > 0:
+                residuals.append((o.params or o.flags, math.log(o.throughput / pred.throughput)))
+        self.corrections = {}
+        if len(residuals) < 3:
+            return
+        overall = sum(r for _, r in residuals) / len(residuals)
+        groups: dict[tuple[str, str], list[float]] = {}
+        for params, r in residuals:
+            for name, value in params.items():
+                spec = self.space.params.get(name)
+                if spec is not None and spec.kind == "categorical":
+                    groups.setdefault((name, repr(value)), []).append(r - overall)
+        for key, values in groups.items():
+            n = len(values)
+            self.corrections[key] = sum(values) / n * n / (n + 2)
+
+
+def _fit_accept_rate(accepts: Sequence[tuple[float, int]]) -> float:
+    """The per-token acceptance p whose 1 + p + ... + p^steps best matches the accept lengths."""
+    best_p, best_err = 0.7, math.inf
+    for i in range(1, 99):
+        p = i / 100
+        err = sum((sum(p**k for k in range(steps + 1)) - length) ** 2 for length, steps in accepts)
+        if err < best_err:
+            best_p, best_err = p, err
+    return best_p

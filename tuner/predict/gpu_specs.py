@@ -1,0 +1,62 @@
+"""Spec-sheet figures of common GPUs, looked up by the device name NVML reports.
+
+Public vendor figures only: memory, peak memory bandwidth, dense bf16 tensor throughput (no
+sparsity) and the host link. The performance estimate (tuner/predict/estimate.py) starts from
+them and learns what fraction a server actually reaches from the study's own trials. A GPU not
+in the table means no estimate: the study runs without the model-guided start.
+
+    spec = gpu_spec("NVIDIA H200")   # GpuSpec(name='H200', memory_gb=141, ...)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    memory_gb: float
+    bandwidth_gb_s: float  # peak device memory bandwidth
+    bf16_tflops: float  # dense bf16 tensor-core peak
+    host_link_gb_s: float  # one direction of the host link (PCIe x16)
+
+
+# Matched in this order against the lower-cased name with "nvidia" removed: specific names first.
+_TABLE: tuple[tuple[str, GpuSpec], ...] = (
+    ("rtx pro 6000 blackwell", GpuSpec("RTX PRO 6000 Blackwell", 96, 1792, 500, 64)),
+    ("h200", GpuSpec("H200", 141, 4800, 989, 64)),
+    ("gh200", GpuSpec("GH200", 96, 4000, 989, 450)),
+    ("h100 nvl", GpuSpec("H100 NVL", 94, 3900, 835, 64)),
+    ("h100 pcie", GpuSpec("H100 PCIe", 80, 2000, 756, 64)),
+    ("h100", GpuSpec("H100 SXM", 80, 3350, 989, 64)),
+    ("h20", GpuSpec("H20", 96, 4000, 148, 64)),
+    ("b200", GpuSpec("B200", 180, 8000, 2250, 64)),
+    ("a100 80gb pcie", GpuSpec("A100 80GB PCIe", 80, 1935, 312, 32)),
+    ("a100 80gb", GpuSpec("A100 80GB SXM", 80, 2039, 312, 32)),
+    ("a100", GpuSpec("A100 40GB", 40, 1555, 312, 32)),
+    ("l40s", GpuSpec("L40S", 48, 864, 362, 32)),
+    ("l40", GpuSpec("L40", 48, 864, 181, 32)),
+    ("l4", GpuSpec("L4", 24, 300, 121, 32)),
+    ("a10g", GpuSpec("A10G", 24, 600, 70, 32)),
+    ("a10", GpuSpec("A10", 24, 600, 125, 32)),
+    ("rtx 6000 ada", GpuSpec("RTX 6000 Ada", 48, 960, 364, 32)),
+    ("rtx 5090", GpuSpec("RTX 5090", 32, 1792, 209, 64)),
+    ("rtx 4090", GpuSpec("RTX 4090", 24, 1008, 165, 32)),
+)
+
+
+def gpu_spec(device_name: str | None) -> GpuSpec | None:
+    """The table's row for an NVML device name, or None when the GPU is not in the table."""
+    if not device_name:
+        return None
+    key = re.sub(r"\s+", " ", device_name.lower().replace("nvidia", "")).strip()
+    for pattern, spec in _TABLE:
+        if re.search(rf"(^|\W){re.escape(pattern)}(\W|$)", key):
+            return spec
+    return None
+
+
+def known_gpus() -> list[str]:
+    return [spec.name for _, spec in _TABLE]

@@ -1,1 +1,0 @@
-"""The trial path: search space, sampler, study loop, workers, objective, serving and pruning."""

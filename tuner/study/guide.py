@@ -1,0 +1,400 @@
+"""Trials the study chooses itself, between the sampler's: a model-guided start and a late polish.
+
+    guide = Guide(space, estimator, seed=0)       # estimator None: polish only
+    run_trials(study, objective, 40, guide=guide)
+
+- **Warm start** (needs an `Estimator`, tuner/predict/estimate.py): the `warm_start` trials after
+  sglang's defaults are the estimate's best configurations not yet tried, each chosen after the
+  estimate was refitted to everything measured so far (bandwidth fraction, prefill cost,
+  speculative acceptance, prefix reuse, and a correction per categorical value). The best is
+  searched on the estimate alone: random candidates (range ends drawn often), then hill climbs
+  from the best few and from the best with each categorical choice. Until the polish starts, one
+  trial in `estimate_every` is again the refitted estimate's best untried configuration. The
+  sampler explores the others, and sees the guided trials like its own.
+- **Polish** (from `polish_from` measured trials on, every `polish_every`-th trial): a one-step
+  neighbour of the best SLO-feasible trial (one categorical switched, or one number moved by a
+  step of about a tenth of its range), the neighbour the estimate ranks first when there is one,
+  else a random one. TPE converges slowly on the last few per cent; a neighbour search does not.
+
+A guided trial is an ordinary queued trial (`study.enqueue_trial`): it is checked, skipped, or
+launched and measured as any other, and counts against the budget the same way. Its user attr
+`guided_by` says which rule chose it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.host import HostFacts
+from tuner.predict.estimate import Estimator, Observation
+from tuner.predict.gpu_specs import gpu_spec, known_gpus
+from tuner.results import record
+from tuner.space.derive import evaluate
+from tuner.space.model import ParamSpec, SearchSpace, same_value
+from tuner.study.budget import measured_count
+from tuner.study.options import StudyOptions
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GuideConfig:
+    warm_start: int = 4  # trials after the default picked by the estimate (0: none)
+    polish_from: int = 24  # measured trials before the polish starts (0: never)
+    polish_every: int = 2  # then one trial in this many is a neighbour of the best
+    estimate_every: int = 4  # between the two, one trial in this many is the estimate's (0: none)
+    candidates: int = 3000  # random configurations the estimate ranks
+    # Each number of a candidate is one of its range's ends this often: optima sit there often
+    # (the largest memory fraction, a cap at the client count), and a uniform draw seldom does.
+    ends: float = 0.3
+    climbs: int = 4  # the best candidates, each then hill-climbed on the estimate
+
+
+class Guide:
+    def __init__(
+        self,
+        space: SearchSpace,
+        estimator: Estimator | None,
+        config: GuideConfig | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.space = space
+        self.estimator = estimator
+        self.config = config or GuideConfig()
+        self.rng = random.Random(seed)
+        self._candidates: list[dict[str, Any]] | None = None
+        self._seen: dict[tuple[Any, ...], dict[str, Any]] = {}  # configurations the climbs scored
+        self._fitted_on = -1
+
+    # -- the hook --------------------------------------------------------------------------
+
+    def before_ask(self, study: optuna.Study) -> None:
+        """Queue the next guided trial, if the next trial is one; called before `study.ask`."""
+        trials = study.get_trials(deepcopy=False)
+        if any(t.state == TrialState.WAITING for t in trials):
+            return  # the baseline or a retry goes first
+        measured = measured_count(trials)
+        if measured == 0:
+            return
+        cfg = self.config
+        # A queued trial another worker has just asked is RUNNING with its params not yet
+        # suggested: its queued params count as tried, or two workers would launch one pick.
+        tried = {_key(t.params or t.system_attrs.get("fixed_params") or {}) for t in trials}
+        guided = sum(1 for t in trials if t.user_attrs.get(record.GUIDED_BY) == "estimate")
+        warm = guided < cfg.warm_start and measured <= cfg.warm_start
+        # Between the warm start and the polish, one trial in `estimate_every` is the refitted
+        # estimate's best untried configuration; the sampler explores the others.
+        later = (
+            cfg.estimate_every > 0
+            and measured > cfg.warm_start
+            and (not cfg.polish_from or measured < cfg.polish_from)
+            and measured % cfg.estimate_every == 0
+        )
+        if self.estimator is not None and (warm or later):
+            self._refit(trials)
+            params = self._best_candidate(tried)
+            if params is not None:
+                self._enqueue(study, params, "estimate")
+            return
+        polish_turn = (measured - cfg.polish_from) % max(cfg.polish_every, 1) == 0
+        if cfg.polish_from and measured >= cfg.polish_from and polish_turn:
+            params = self._polish(trials, tried)
+            if params is not None:
+                self._enqueue(study, params, "polish")
+
+    def first_picks(self, count: int) -> list[dict[str, Any]]:
+        """The warm start's first picks as the estimate ranks them before anything is measured
+        (what `tuner optimize --dry-run` shows); a study refits after each trial."""
+        tried: set[tuple[Any, ...]] = set()
+        picks: list[dict[str, Any]] = []
+        while self.estimator is not None and len(picks) < count:
+            params = self._best_candidate(tried)
+            if params is None:
+                break
+            picks.append(params)
+            tried.add(_key(params))
+        return picks
+
+    # -- the estimate ----------------------------------------------------------------------
+
+    def _refit(self, trials: list[FrozenTrial]) -> None:
+        assert self.estimator is not None
+        done = [t for t in trials if t.state == TrialState.COMPLETE]
+        if len(done) == self._fitted_on:
+            return
+        self._fitted_on = len(done)
+        observations = []
+        for t in done:
+            metrics = t.user_attrs.get(record.METRICS) or {}
+            capacity = t.user_attrs.get(record.CAPACITY) or {}
+            if record.DUPLICATE_OF in t.user_attrs:
+                continue
+            observations.append(
+                Observation(
+                    flags=t.user_attrs.get(record.FLAGS) or {},
+                    throughput=float(metrics.get("output_throughput") or 0.0),
+                    tpot_ms=float(metrics.get("median_tpot_ms") or math.nan),
+                    running=capacity.get("max_running_requests"),
+                    accept_length=metrics.get("accept_length") or None,
+                    params=dict(t.params),
+                    metrics=metrics,
+                )
+            )
+        self.estimator.fit(observations)
+
+    def _flags(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "model_path": self.space.model_path,
+            **self.space.fixed_flags,
+            **complete_flags(self.space, params),
+        }
+
+    def _best_candidate(self, tried: set[tuple[Any, ...]]) -> dict[str, Any] | None:
+        assert self.estimator is not None
+        if self._candidates is None:
+            self._candidates = [
+                random_params(self.space, self.rng, ends=self.config.ends)
+                for _ in range(self.config.candidates)
+            ]
+        estimator = self.estimator
+        scores: dict[tuple[Any, ...], float] = {}
+
+        def score(params: dict[str, Any]) -> float:
+            key = _key(params)
+            if key not in scores:
+                scores[key] = estimator.score(self._flags(params))
+            return scores[key]
+
+        ranked = sorted(self._candidates, key=score, reverse=True)
+        # Random configurations seldom hold the optimum's exact corner (a cap at the client
+        # count, the largest memory fraction): climb from the best few, one move at a time,
+        # and from the best with each categorical choice (the climbs end on different hills).
+        starts = ranked[: self.config.climbs]
+        for name, spec in self.space.params.items():
+            for choice in spec.choices or () if spec.kind == "categorical" else ():
+                with_it = (p for p in ranked if name in p and same_value(p[name], choice))
+                starts.append(next(with_it, ranked[0]))
+        climbed: set[tuple[Any, ...]] = set()
+        for start in starts:
+            if _key(start) not in climbed:
+                climbed.add(_key(start))
+                self._climb(start, score)
+        # Earlier picks' climbs stay candidates: the refitted estimate may rank them first now.
+        untried = [params for key, params in self._seen.items() if key not in tried]
+        return max(untried, key=score) if untried else None
+
+    def _climb(
+        self, params: dict[str, Any], score: Callable[[dict[str, Any]], float], limit: int = 30
+    ) -> None:
+        """Hill-climb on the estimate from `params`: each step to the best configuration one
+        param away (`neighbours` with a sweep of each number's range), until none scores
+        higher; every configuration scored is kept."""
+        current = params
+        self._seen[_key(current)] = current
+        for _ in range(limit):
+            moves = neighbours(self.space, current, self.rng, sweep=True)
+            for move in moves:
+                self._seen.setdefault(_key(move), move)
+            best = max(moves, key=score, default=None)
+            if best is None or score(best) <= score(current):
+                return
+            current = best
+
+    # -- the polish ------------------------------------------------------------------------
+
+    def _polish(
+        self, trials: list[FrozenTrial], tried: set[tuple[Any, ...]]
+    ) -> dict[str, Any] | None:
+        feasible = [
+            t
+            for t in trials
+            if t.state == TrialState.COMPLETE and t.values and record.feasible(t.constraints)
+        ]
+        if not feasible:
+            return None
+        best = max(feasible, key=lambda t: t.values[0])
+        options = [n for n in neighbours(self.space, best.params, self.rng) if _key(n) not in tried]
+        if not options:
+            return None
+        if self.estimator is not None:
+            self._refit(trials)
+            estimator = self.estimator
+            scored = [(estimator.score(self._flags(n)), n) for n in options]
+            # A neighbour the memory estimate rejects would only be skipped before launch.
+            fitting = [pair for pair in scored if pair[0] >= 0] or scored
+            return max(fitting, key=lambda pair: pair[0])[1]
+        return self.rng.choice(options)
+
+    def _enqueue(self, study: optuna.Study, params: dict[str, Any], rule: str) -> None:
+        study.enqueue_trial(params, user_attrs={record.GUIDED_BY: rule}, skip_if_exists=False)
+
+
+# ---- configurations of the space, without Optuna ------------------------------------------
+
+
+def random_params(space: SearchSpace, rng: random.Random, ends: float = 0.0) -> dict[str, Any]:
+    """One configuration drawn uniformly (log-uniformly for log ranges), conditions honoured;
+    each number is one of its range's two ends with probability `ends`."""
+    return _fill(space, {}, rng, ends)
+
+
+def complete_flags(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The flags a trial with these params passes: active params, derived ones computed."""
+    return _walk(space, params, None)
+
+
+def neighbours(
+    space: SearchSpace, params: Mapping[str, Any], rng: random.Random, sweep: bool = False
+) -> list[dict[str, Any]]:
+    """One-step moves from `params`: each categorical to each other choice, each number up and
+    down by about a tenth of its range (at least one step), and with `sweep` also to each of
+    up to 12 values across its range, ends included. Params a move makes active get a random
+    value."""
+    out: list[dict[str, Any]] = []
+    for name, value in params.items():
+        spec = space.params.get(name)
+        if spec is None or spec.kind == "derived":
+            continue
+        moves: list[Any] = []
+        if spec.kind == "categorical":
+            moves = [c for c in spec.choices or () if not same_value(c, value)]
+        else:
+            for direction in (-1, 1):
+                moved = _step(spec, float(value), direction)
+                if moved != value:
+                    moves.append(moved)
+            if sweep:
+                moves += [v for v in _grid(spec) if v != value and v not in moves]
+        for moved in moves:
+            candidate = {**params, name: moved}
+            out.append(_fill(space, candidate, rng))
+    return out
+
+
+def _fill(
+    space: SearchSpace, params: dict[str, Any], rng: random.Random, ends: float = 0.0
+) -> dict[str, Any]:
+    values = _walk(space, params, rng, ends)
+    return {k: v for k, v in values.items() if space.params[k].kind != "derived"}
+
+
+def _walk(
+    space: SearchSpace, params: Mapping[str, Any], rng: random.Random | None, ends: float = 0.0
+) -> dict[str, Any]:
+    """The active params in sampling order, derived ones computed; with `rng`, an active param
+    missing from `params` gets a random value, without it the param is left out."""
+    values: dict[str, Any] = {}
+    for spec in space.params.values():
+        if not spec.is_active(values):
+            continue
+        if spec.kind == "derived":
+            values[spec.name] = evaluate(spec.derive or "", values)
+        elif spec.name in params:
+            values[spec.name] = params[spec.name]
+        elif rng is None:
+            continue
+        elif spec.kind == "categorical":
+            values[spec.name] = rng.choice(list(spec.choices or ()))
+        elif rng.random() < ends:
+            values[spec.name] = _snap(spec, float(rng.choice([spec.low, spec.high]) or 0))
+        else:
+            values[spec.name] = _snap(spec, _draw(spec, rng))
+    return values
+
+
+def _grid(spec: ParamSpec, points: int = 12) -> list[Any]:
+    low, high = float(spec.low or 0), float(spec.high or 0)
+    if spec.log and low > 0:
+        raw = [low * (high / low) ** (i / (points - 1)) for i in range(points)]
+    else:
+        raw = [low + (high - low) * i / (points - 1) for i in range(points)]
+    return list(dict.fromkeys(_snap(spec, v) for v in raw))
+
+
+def _draw(spec: ParamSpec, rng: random.Random) -> float:
+    low, high = float(spec.low or 0), float(spec.high or 0)
+    if spec.log:
+        return math.exp(rng.uniform(math.log(low), math.log(high)))
+    return rng.uniform(low, high)
+
+
+def _step(spec: ParamSpec, value: float, direction: int) -> Any:
+    low, high = float(spec.low or 0), float(spec.high or 0)
+    if spec.log:
+        moved = value * (1.25 if direction > 0 else 0.8)
+        if spec.kind == "int" and round(moved) == round(value):
+            moved = value + direction
+    else:
+        unit = float(spec.step or (1 if spec.kind == "int" else 0))
+        span = (high - low) / 10
+        if unit:
+            span = max(unit, round(span / unit) * unit)
+        moved = value + direction * span
+    return _snap(spec, min(max(moved, low), high))
+
+
+def _snap(spec: ParamSpec, value: float) -> Any:
+    low, high = float(spec.low or 0), float(spec.high or 0)
+    if spec.step:
+        step = float(spec.step)
+        value = low + round((value - low) / step) * step
+        value = min(max(value, low), high)
+        if spec.kind == "float":
+            text = f"{step:.10f}".rstrip("0")
+            return round(value, len(text.split(".")[1]) if "." in text else 0)
+    if spec.kind == "int":
+        return int(min(max(round(value), low), high))
+    return float(value)
+
+
+def _key(params: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(sorted((k, repr(v)) for k, v in params.items()))
+
+
+@dataclass(frozen=True)
+class GuideSettings:
+    """Which of the guide's trials a study wants, and its seed."""
+
+    warm_start: bool = True  # the estimate's picks first
+    polish: bool = True  # late one-step neighbours of the best trial
+    seed: int | None = None
+
+    @classmethod
+    def of(cls, options: StudyOptions) -> GuideSettings:
+        return cls(options.warm_start, options.polish, options.seed)
+
+
+def make_guide(space: SearchSpace, host: HostFacts, settings: GuideSettings) -> Guide | None:
+    """The study's guide: warm start when the estimate has its inputs, polish unless turned off.
+
+    The estimate needs the model's config.json and a GPU in the spec table; when either is
+    missing the study says so once and runs without the warm start."""
+    if not settings.warm_start and not settings.polish:
+        return None
+    estimator = None
+    if settings.warm_start:
+        spec = gpu_spec(host.gpu_name)
+        if spec is None:
+            _log.warning(
+                "GPU %r is not in the spec table (tuner/predict/gpu_specs.py: %s): no "
+                "model-guided start; the study runs on the sampler alone",
+                host.gpu_name,
+                ", ".join(known_gpus()),
+            )
+        elif host.model is None:
+            _log.warning("no config.json for %s: no model-guided start", space.model_path)
+        else:
+            estimator = Estimator(space, host.model, spec, host.gpu_memory_gb or spec.memory_gb)
+    config = GuideConfig(
+        warm_start=GuideConfig.warm_start if estimator is not None else 0,
+        polish_from=GuideConfig.polish_from if settings.polish else 0,
+    )
+    return Guide(space, estimator, config, seed=settings.seed)

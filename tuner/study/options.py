@@ -1,0 +1,81 @@
+"""What a study run is asked to do (`StudyOptions`) and what it reports back (`StudySummary`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from tuner.errors import UserError
+from tuner.results.storage import DEFAULT_STUDIES_DIR
+from tuner.study.sampler import SAMPLERS
+from tuner.trial.pruning import StagePrunerConfig
+
+ENGINES = ("sim", "sglang")
+
+
+@dataclass
+class StudyOptions:
+    trials: int = 40
+    space_path: Path | None = None
+    study_name: str | None = None
+    storage: str | None = None
+    engine: str = "sim"
+    timeout_s: float | None = None
+    seed: int | None = None
+    sampler: str = "tpe"
+    prune: bool = True
+    feasibility: bool = True
+    studies_dir: Path = DEFAULT_STUDIES_DIR
+    gpus: str | None = None  # CUDA_VISIBLE_DEVICES for the server
+    gpu_memory_gb: float | None = None  # for the memory estimate when nvml is absent
+    time_scale: float | None = None  # simulator only: overrides the space's sim.time_scale
+    ready_timeout_s: float | None = None
+    tp_size: int = 1  # GPUs per server (sglang --tp-size)
+    pruner: StagePrunerConfig | None = None  # None: the defaults of StagePrunerConfig
+    heartbeat_s: int = 10  # seconds between heartbeats of a running trial (any storage)
+    wait_timeout_s: float = 3600.0  # a worker with nothing to start waits this long for others
+    warm_start: bool = True  # the estimate picks the first trials (tuner/study/guide.py)
+    polish: bool = True  # late neighbours of the best trial (tuner/study/guide.py)
+
+
+@dataclass
+class StudySummary:
+    study_name: str
+    storage_description: str  # where it lives, for display (no password)
+    storage: str | None  # what to pass to open_storage to reopen the study
+    study_dir: Path
+    counts: dict[str, int]
+    pareto: list[optuna.trial.FrozenTrial]
+    default_trial: optuna.trial.FrozenTrial | None
+    interrupted: bool = False
+    gave_up: str | None = None  # why the run stopped waiting for other workers' trials
+
+
+def check_options(options: StudyOptions) -> None:
+    """Reject option values before anything is created (a UserError names option, value, fix)."""
+    if options.sampler not in SAMPLERS:
+        raise UserError(
+            f"--sampler {options.sampler!r} is not a sampler: choose one of {', '.join(SAMPLERS)}"
+        )
+    if options.engine not in ENGINES:
+        raise UserError(
+            f"--engine {options.engine!r} is not an engine: choose sim (the simulator) or sglang"
+        )
+    positive = {
+        "--timeout": options.timeout_s,
+        "--time-scale": options.time_scale,
+        "--gpu-memory-gb": options.gpu_memory_gb,
+        "--heartbeat": options.heartbeat_s,
+        "--trials": options.trials,
+        "--tp-size": options.tp_size,
+    }
+    for option, value in positive.items():
+        if value is not None and not value > 0:
+            raise UserError(f"{option} {value}: give a number above 0")
+    if options.time_scale is not None and options.engine != "sim":
+        raise UserError(
+            f"--time-scale {options.time_scale} applies to the simulator only: drop it, "
+            "or use --engine sim"
+        )

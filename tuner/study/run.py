@@ -1,0 +1,112 @@
+"""One `tuner optimize` run, resolved once: the space, the launch target and the host's facts.
+
+    run = resolve_run(StudyOptions(trials=40))
+    run.space          # loaded and validated, relative bounds and `capacity` resolved
+    run.target         # which program serves each trial (sglang or the simulator) and how
+    run.host           # GPU name and memory, the model's memory needs (tuner/host.py)
+
+The space file is parsed once and the host asked once per process; every layer below gets these
+facts, never the options they came from. Worker processes receive the resolved run itself
+(tuner/study/workers.py), so they read nothing again.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tuner.engines import sglang as engine
+from tuner.host import HostFacts, read_host_facts
+from tuner.launcher import LaunchTarget
+from tuner.predict.capacity_bound import running_capacity
+from tuner.space.load import default_space_path, read_space_file
+from tuner.space.model import SearchSpace
+from tuner.study.options import StudyOptions, check_options
+
+
+@dataclass(frozen=True)
+class Run:
+    """What a study run works with: the user's settings and the facts resolved from them."""
+
+    options: StudyOptions  # budget, storage, sampler, ...: what the study loop is asked to do
+    space: SearchSpace
+    space_path: Path
+    target: LaunchTarget
+    host: HostFacts
+
+    @property
+    def study_name(self) -> str:
+        return self.options.study_name or self.space.name
+
+    @property
+    def extra_flags(self) -> dict[str, Any]:
+        """Flags every launch passes besides the space's own (`--tp-size` of `--gpus`)."""
+        return {"tp_size": self.options.tp_size} if self.options.tp_size > 1 else {}
+
+    def for_worker(self, gpus: str | None, seed: int | None) -> Run:
+        """The same run on another GPU group, with another seed (tuner/study/workers.py)."""
+        options = replace(self.options, gpus=gpus, seed=seed)
+        return replace(self, options=options, target=replace(self.target, gpus=gpus))
+
+
+def resolve_run(options: StudyOptions) -> Run:
+    """Check the options, load the space, ask the host: once, before anything is created.
+
+    A bad option or space file is a UserError (one line, exit 2)."""
+    check_options(options)
+    path = options.space_path or default_space_path()
+    source = read_space_file(path)
+    space = source.build()
+    target = launch_target(space, options)
+    host = read_host_facts(
+        options.engine,
+        target.module,
+        target.extra_args,
+        space.model_path,
+        gpus=options.gpus,
+        gpu_memory_gb=options.gpu_memory_gb,
+    )
+    if space.needs_capacity:  # a bound relative to what this GPU can run
+        space = source.build(capacity=running_capacity(space, host.model, host.gpu_memory_gb))
+    return Run(options=options, space=space, space_path=Path(path), target=target, host=host)
+
+
+def launch_target(space: SearchSpace, options: StudyOptions) -> LaunchTarget:
+    """The program that serves the trials, with the simulator's options from the space's `sim:`."""
+    api_key = os.environ.get("SGLANG_API_KEY") or None
+    if options.engine == "sglang":
+        return LaunchTarget(
+            module=engine.LAUNCH_MODULE,
+            gpus=options.gpus,
+            api_key=api_key,
+            ready_timeout_s=options.ready_timeout_s or 1800.0,
+        )
+    sim = dict(space.sim or {})
+    if options.time_scale is not None:
+        sim["time_scale"] = options.time_scale
+    # Behave exactly like the sglang release whose flag names the study uses.
+    sim.setdefault("sglang_version", space.engine_version)
+    return LaunchTarget(
+        module="tuner.sim",
+        extra_args=tuple(sim_args(sim)),
+        gpus=options.gpus,
+        api_key=api_key,
+        ready_timeout_s=options.ready_timeout_s or 60.0,
+    )
+
+
+def sim_args(sim: dict[str, Any]) -> list[str]:
+    """The space's `sim:` mapping as simulator options: {time_scale: 50} -> --sim-time-scale 50.
+
+    Every key becomes `--sim-<key>` (true = a bare switch, false / null = omitted), so fault
+    injection and any later simulator option need no change here.
+    """
+    args: list[str] = []
+    for key, value in sim.items():
+        if value is None or value is False:
+            continue
+        flag = "--sim-" + str(key).replace("_", "-")
+        args += [flag] if value is True else [flag, str(value)]
+    return args
