@@ -95,7 +95,7 @@ def test_the_estimate_refits_bandwidth_to_measurements():
     ]
     est = _estimator(bandwidth_fraction=0.9)
     est.fit(observations)
-    assert est.calibration.bandwidth_fraction == pytest.approx(0.4)
+    assert est.calibration.bandwidth_fraction == pytest.approx(0.4, rel=0.07)  # grid step 12%
 
 
 def test_neighbours_move_one_param_one_step():

@@ -1,30 +1,36 @@
 """A performance estimate from public facts, recalibrated by the study's own measurements.
 
 What it knows: the model's shape (config.json, tuner/engines/model_config.py), the GPU's
-spec-sheet memory, bandwidth and bf16 peak (tuner/predict/gpu_specs.py), sglang's memory rules
-(tuner/predict/memory.py over tuner/engines/memory_plan.py), and the workload and benchmark
-of the space. What it does not know, it fits to the trials measured so far:
+spec-sheet memory, bandwidth, bf16 peak and host link (tuner/predict/gpu_specs.py), sglang's
+memory rules (tuner/predict/memory.py over tuner/engines/memory_plan.py), and the workload and
+benchmark of the space. What it does not know starts at a published measurement
+(tuner/predict/priors.py, sources in docs/estimate.md) and is fitted to the trials measured so
+far:
 
 - `bandwidth_fraction`: the share of peak memory bandwidth a decode step reaches;
 - `prefill_fraction`: the share of the bf16 peak a prefill reaches;
-- `accept_rate`: the chance each draft token is accepted (speculation); sglang reports the
-  accept length of every speculative run, and the record keeps it as `accept_length`;
+- `step_overhead_s`: a decode step's fixed time (graph replay, scheduler), once trials tell it
+  apart from bandwidth;
+- `accept_rate` and `accept_decay`: the chance draft position i is accepted, p x decay^(i-1),
+  from the accept length sglang reports for every speculative run (`accept_length`);
 - `prefix_reuse`: the share of the modelled prefix-cache hits that happen, from the cache hit
   rate the benchmark reports (the tokens sglang says it served from cache), when it reports any;
-- a correction per categorical value (e.g. a Mamba cache strategy, HiCache on), learned from the
-  residuals of the measured trials, for what the formulas below leave out.
+- a correction per categorical value (e.g. a Mamba cache strategy, HiCache on) and for batches
+  beyond the captured CUDA graphs, learned from the residuals of the measured trials, for what
+  the formulas below leave out.
 
 The model (a closed loop of C clients; `running` requests decode together, the others queue):
 
     step      = max(bytes read / (bandwidth x fraction), flops / (peak x fraction)) + overhead
-    bytes     = weights + running x context x KV bytes per token (+ draft head per draft step)
-    accepted  = 1 + p + p^2 + ... + p^steps tokens per step and request (speculation)
-    prefill   = uncached prompt tokens x 2 x params / (peak x prefill fraction), per request
+    bytes     = weights + running x context x KV bytes per token (+ the draft's per draft step)
+    accepted  = 1 + p1 + p1 p2 + ... over the draft steps (speculation)
+    prefill   = uncached prompt tokens x 2 x params / (peak x prefill fraction), per request,
+                + hits beyond the device pool loaded from host memory (HiCache)
     cycle     = running x prefill + output / accepted x step       (GPU time for `running` requests)
     output/s  = running x output / cycle;  TPOT = cycle / output
-    TTFT      = prefill, + ceil(waiting / running) x cycle for a request that finds no free slot
-                (the clients start together, so slots free up in waves); a tail TTFT is at
-                least the opening burst's: every client's uncached first prompt prefilled
+    TTFT      = the step under way + prefill, + ceil(waiting / running) x cycle for a request that
+                finds no free slot (the clients start together, so slots free up in waves); a
+                tail TTFT is at least the opening burst's: every client's uncached first prompt
 
 The prefix cache: the share of a prompt that earlier requests already sent (a shared system
 prompt, a conversation's history), scaled down when the cache (KV pool, plus host memory with
@@ -42,24 +48,39 @@ from typing import Any
 from tuner.engines.model_config import ModelMemory
 from tuner.predict.gpu_specs import GpuSpec
 from tuner.predict.memory import estimate_memory
+from tuner.predict.priors import PRIORS, accept_length, accept_prior, fit_acceptance
 from tuner.predict.workload_shape import WorkloadShape
 from tuner.space.model import SearchSpace
 
 GB = 1e9
-STEP_OVERHEAD_S = 0.0015  # one CUDA-graph replay and the scheduler's work around it
-EAGER_OVERHEAD_S = 0.007  # a batch beyond the captured CUDA graphs runs eagerly
+# sglang's defaults on GPUs of 90-160 GB when the flags are not given (docs/sglang-memory.md):
+# the largest batch with a captured decode CUDA graph, and the prefill chunk.
+DEFAULT_GRAPH_BS = 256
+DEFAULT_CHUNK = 8192
+# An EAGLE / STANDALONE draft whose size config.json does not give: one decoder layer of a
+# 40-layer model, an assumption (MTP heads are read from config.json).
+UNKNOWN_DRAFT_SHARE = 1 / 40
+# The grids `fit` searches, geometric, around the spec sheet's figures (x 1 = the spec).
+_FRACTIONS = tuple(0.15 * 1.12**i for i in range(26))  # 0.15 .. 2.5
+_OVERHEADS_S = (0.0, *(0.0002 * 1.5**i for i in range(10)))  # 0, 0.2 ms .. 7.7 ms
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """The estimate's unknowns; `fit` moves them to match measured trials."""
+    """The estimate's unknowns, starting at published figures (tuner/predict/priors.py);
+    `fit` moves them to match measured trials."""
 
-    bandwidth_fraction: float = 0.75
-    prefill_fraction: float = 0.5
-    accept_rate: float = 0.7
+    bandwidth_fraction: float = PRIORS.bandwidth_fraction
+    prefill_fraction: float = PRIORS.prefill_fraction
+    # Acceptance of draft position 1 and its decay with depth; None: the algorithm's prior.
+    accept_rate: float | None = None
+    accept_decay: float | None = None
     # Share of the modelled prefix-cache hits that happen (0: the estimate ignores the prefix
     # cache, as robustness runs start); refit to the cache hit rate the benchmark measures.
     prefix_reuse: float = 1.0
+    # Fixed time of one decode step (graph replay, scheduler work). The bandwidth prior was
+    # measured with it included, so it starts at 0 and is fitted when trials tell it apart.
+    step_overhead_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -120,7 +141,7 @@ class Estimator:
         self.gpu_memory_gb = gpu_memory_gb
         self.calibration = calibration or Calibration()
         # A deliberately wrong estimate (robustness runs) scales the fitted values by these.
-        self.bias = fixed or Calibration(1.0, 1.0, 1.0)
+        self.bias = fixed or Calibration(1.0, 1.0, 1.0, 1.0)
         self.clients = int(space.bench.concurrency or 64)
         self.shape = WorkloadShape.of(space.workload, self.clients)
         self.params = model.weight_bytes / 2.0  # bf16 weights: bytes / 2
@@ -148,10 +169,13 @@ class Estimator:
         if not memory.fits:
             return Prediction(False, 0.0, math.inf, math.inf, 0, 1.0)
         spec = bool(flags.get("speculative_algorithm"))
+        # sglang's choice when the three speculative flags are unset: 3 steps, topk 1, 4 tokens.
         steps = int(flags.get("speculative_num_steps") or 3) if spec else 0
         draft = int(flags.get("speculative_num_draft_tokens") or steps + 1) if spec else 1
-        p = min(max(cal.accept_rate * bias.accept_rate, 0.0), 0.98)
-        accepted = sum(p**i for i in range(steps + 1)) if spec else 1.0
+        accepted = 1.0
+        if spec:
+            p, decay = self.acceptance(flags.get("speculative_algorithm"))
+            accepted = accept_length(p * (bias.accept_rate or 1.0), decay, steps)
 
         shape = self.shape
         context = shape.prompt + shape.output / 2
@@ -162,48 +186,53 @@ class Estimator:
         running = max(1, min(running, int(memory.kv_tokens // max(context, 1)) or 1))
 
         # The prefix cache: how much of the shareable prompt the pools keep.
-        hit_tokens, kept = 0.0, 0.0
+        hit_tokens, kept, capacity = 0.0, 0.0, 0.0
         reuse = max(cal.prefix_reuse, 0.0)
+        hicache = bool(flags.get("enable_hierarchical_cache"))
         if reuse > 0 and not flags.get("disable_radix_cache") and shape.shareable > 0:
             capacity = float(memory.kv_tokens)
-            if flags.get("enable_hierarchical_cache"):
+            if hicache:  # sglang's default host pool: 2 x the device pool (--hicache-ratio)
                 capacity *= 1.0 + float(flags.get("hicache_ratio") or 2.0)
             kept = min(1.0, capacity / max(shape.working_set, 1.0)) * reuse
             hit_tokens = min(shape.shareable * kept, shape.prompt)
             if self.model.hybrid and flags.get("mamba_radix_cache_strategy") == "no_buffer":
-                hit_tokens *= 0.5  # state is cached only at request ends
+                # The recurrent state is kept only where a request ended, so a prefix shared
+                # mid-prompt (a system prompt) is not found again; a conversation's history is.
+                hit_tokens = min(hit_tokens, shape.request_end_shareable * kept)
         new_tokens = max(shape.prompt - hit_tokens, 1.0)
-        chunk = float(flags.get("chunked_prefill_size") or 8192)
+        chunk = float(flags.get("chunked_prefill_size") or DEFAULT_CHUNK)
         chunks = math.ceil(new_tokens / chunk)
         weights = self.model.weight_bytes
+        overhead = cal.step_overhead_s * (bias.step_overhead_s or 1.0)
         prefill_s = max(new_tokens * 2 * self.params / peak, chunks * weights / bw) + (
-            chunks * STEP_OVERHEAD_S
+            chunks * overhead
         )
-        if flags.get("enable_hierarchical_cache") and hit_tokens > 0:
-            host = self.gpu.host_link_gb_s * GB * 0.5
-            prefill_s += hit_tokens * self.model.kv_bytes_per_token * 0.2 / host
+        if hicache and hit_tokens > 0:
+            # Hits beyond what the device pool alone keeps come back from host memory over the
+            # host link (its spec-sheet rate; a HiCache correction is learned from the trials).
+            device_kept = min(1.0, float(memory.kv_tokens) / max(shape.working_set, 1.0))
+            total_kept = min(1.0, capacity / max(shape.working_set, 1.0))
+            from_host = max(0.0, 1.0 - device_kept / total_kept)
+            host_rate = self.gpu.host_link_gb_s * GB
+            prefill_s += hit_tokens * from_host * self.model.kv_bytes_per_token / host_rate
 
-        graph_bs = int(
-            flags.get("cuda_graph_max_bs_decode") or flags.get("cuda_graph_max_bs") or 256
-        )
-        overhead = (
-            STEP_OVERHEAD_S if running * draft <= graph_bs * max(draft, 1) else EAGER_OVERHEAD_S
-        )
         if flags.get("disable_overlap_schedule"):
-            overhead += 0.001
+            overhead *= 2  # the scheduler's work is no longer hidden behind the GPU's
         kv_read = running * context * (self.model.kv_bytes_per_token)
         step_bytes = weights + kv_read
         step_flops = running * draft * 2 * self.params
         step_s = max(step_bytes / bw, step_flops / peak) + overhead
         if spec:
-            draft_bytes = self.model.draft_bytes or weights / 40
-            step_s += steps * (draft_bytes / bw + STEP_OVERHEAD_S * 0.5)
+            draft_bytes = self.model.draft_bytes or weights * UNKNOWN_DRAFT_SHARE
+            # sglang captures the draft's steps in one CUDA graph: one fixed cost for them all.
+            step_s += steps * draft_bytes / bw + overhead
         decode_s = shape.output / accepted * step_s
         cycle = running * prefill_s + decode_s
         throughput = running * shape.output / cycle
         tpot_ms = 1000 * cycle / shape.output
         waiting = max(self.clients - running, 0)
-        ttft_ms = 1000 * prefill_s * (1 + running / 8)
+        # A request that finds a free slot waits for the decode step under way, then its prefill.
+        ttft_ms = 1000 * (prefill_s + step_s)
         burst_tokens = self._burst_tokens(flags, running, kept, chunk)
         burst_ms = 1000 * max(
             burst_tokens * 2 * self.params / peak, math.ceil(burst_tokens / chunk) * weights / bw
@@ -232,6 +261,29 @@ class Estimator:
         repeats = min(running, max(shape.prefixes, together))
         return running * (shape.first_prompt - shared) + repeats * shared
 
+    def _features(
+        self,
+        params: Mapping[str, Any],
+        prediction: Prediction,
+        flags: Mapping[str, Any] | None = None,
+    ) -> list[tuple[str, str]]:
+        """What a correction is learned for: each categorical choice, and whether the running
+        batch (x draft tokens) is beyond sglang's captured decode CUDA graphs, where it runs
+        eagerly at a cost no spec sheet gives."""
+        flags = params if flags is None else flags
+        out = []
+        for name, value in params.items():
+            spec = self.space.params.get(name)
+            if spec is not None and spec.kind == "categorical":
+                out.append((name, repr(value)))
+        graph_bs = int(
+            flags.get("cuda_graph_max_bs_decode")
+            or flags.get("cuda_graph_max_bs")
+            or DEFAULT_GRAPH_BS
+        )
+        out.append(("beyond_cuda_graphs", repr(prediction.running > graph_bs)))
+        return out
+
     def score(self, flags: Mapping[str, Any]) -> float:
         """Predicted throughput within the space's SLOs (TTFT and TPOT limits), else a penalty
         that grows with the predicted violation."""
@@ -239,7 +291,7 @@ class Estimator:
         if not prediction.fits:
             return -1.0
         correction = math.exp(
-            sum(self.corrections.get((k, repr(v)), 0.0) for k, v in flags.items())
+            sum(self.corrections.get(key, 0.0) for key in self._features(flags, prediction))
         )
         for slo in self.space.slos:
             stat, _, quantity = slo.metric.partition("_")
@@ -257,38 +309,75 @@ class Estimator:
 
     # -- calibration --------------------------------------------------------------------------
 
+    def acceptance(self, algorithm: object) -> tuple[float, float]:
+        """(p, decay) of draft acceptance: fitted to this study's accept lengths when it
+        measured any, else the published figures' for the algorithm (tuner/predict/priors.py)."""
+        prior_p, prior_decay = accept_prior(str(algorithm or ""))
+        cal = self.calibration
+        p = cal.accept_rate if cal.accept_rate is not None else prior_p
+        return p, cal.accept_decay if cal.accept_decay is not None else prior_decay
+
     def fit(self, observations: Sequence[Observation]) -> None:
-        """Fit the unknowns to what was measured: log-error least squares over a small grid."""
+        """Fit the unknowns to what was measured: log-error least squares, one coordinate at a
+        time over geometric grids around the spec sheet's figures."""
         plain = [o for o in observations if o.throughput > 0]
         if not plain:
             return
-        accepts = [
-            (o.accept_length, int(o.flags.get("speculative_num_steps") or 3))
-            for o in plain
-            if o.flags.get("speculative_algorithm") and o.accept_length
-        ]
-        cal = self.calibration
-        if accepts:
-            cal = replace(cal, accept_rate=_fit_accept_rate(accepts) / self.bias.accept_rate)
+        cal = self._fit_acceptance(plain, self.calibration)
         cal = self._fit_prefix_reuse(plain, cal)
-        best = (math.inf, cal)
-        # Fractions of the spec-sheet figures; above 1 when the table (or a bias) understates.
-        for bw in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5, 2.0):
-            for pf in (0.2, 0.35, 0.5, 0.7, 0.9, 1.2, 1.6, 2.5):
-                self.calibration = replace(cal, bandwidth_fraction=bw, prefill_fraction=pf)
-                error = 0.0
-                for o in plain:
-                    pred = self.predict(o.flags)
-                    if not pred.fits:
-                        continue
-                    error += math.log(pred.throughput / o.throughput) ** 2
-                    if math.isfinite(o.tpot_ms) and o.tpot_ms > 0:
-                        error += 0.5 * math.log(pred.tpot_ms / o.tpot_ms) ** 2
-                if error < best[0]:
-                    best = (error, self.calibration)
-        self.calibration = best[1]
+        self.calibration = cal
+        best = self._error(plain)
+        grids = {
+            "bandwidth_fraction": _FRACTIONS,
+            "prefill_fraction": _FRACTIONS,
+            "step_overhead_s": _OVERHEADS_S,
+        }
+        for _ in range(3):
+            moved = False
+            for name, grid in grids.items():
+                for value in grid:
+                    trial_cal = replace(self.calibration, **{name: value})
+                    previous, self.calibration = self.calibration, trial_cal
+                    error = self._error(plain)
+                    if error < best - 1e-12:
+                        best, moved = error, True
+                    else:
+                        self.calibration = previous
+            if not moved:
+                break
         self._learn_corrections(plain)
         self._learn_slo_scale(plain)
+
+    def _error(self, observations: Sequence[Observation]) -> float:
+        error = 0.0
+        for o in observations:
+            pred = self.predict(o.flags)
+            if not pred.fits:
+                continue
+            error += math.log(pred.throughput / o.throughput) ** 2
+            if math.isfinite(o.tpot_ms) and o.tpot_ms > 0:
+                error += 0.5 * math.log(pred.tpot_ms / o.tpot_ms) ** 2
+        return error
+
+    def _fit_acceptance(self, observations: Sequence[Observation], cal: Calibration) -> Calibration:
+        """Acceptance from the accept lengths sglang reported: p alone from one step count
+        (the decay stays the prior's), p and its decay from two or more."""
+        accepts = [
+            (int(o.flags.get("speculative_num_steps") or 3), float(o.accept_length))
+            for o in observations
+            if o.flags.get("speculative_algorithm") and o.accept_length
+        ]
+        if not accepts:
+            return cal
+        algorithm = next(
+            o.flags.get("speculative_algorithm")
+            for o in observations
+            if o.flags.get("speculative_algorithm")
+        )
+        prior_decay = accept_prior(str(algorithm))[1]
+        distinct = len({steps for steps, _ in accepts})
+        p, decay = fit_acceptance(accepts, None if distinct >= 2 else prior_decay)
+        return replace(cal, accept_rate=p / (self.bias.accept_rate or 1.0), accept_decay=decay)
 
     def _fit_prefix_reuse(
         self, observations: Sequence[Observation], cal: Calibration
@@ -331,32 +420,20 @@ class Estimator:
         """What the model misses about a categorical choice (e.g. a cache strategy's effect on
         prefix reuse): the mean log residual of the trials with that value, shrunk towards 0
         by n / (n + 2), relative to the mean over all trials."""
-        residuals: list[tuple[Mapping[str, Any], float]] = []
+        residuals: list[tuple[list[tuple[str, str]], float]] = []
         for o in observations:
             pred = self.predict(o.flags)
             if pred.fits and pred.throughput > 0:
-                residuals.append((o.params or o.flags, math.log(o.throughput / pred.throughput)))
+                features = self._features(o.params or o.flags, pred, o.flags)
+                residuals.append((features, math.log(o.throughput / pred.throughput)))
         self.corrections = {}
         if len(residuals) < 3:
             return
         overall = sum(r for _, r in residuals) / len(residuals)
         groups: dict[tuple[str, str], list[float]] = {}
-        for params, r in residuals:
-            for name, value in params.items():
-                spec = self.space.params.get(name)
-                if spec is not None and spec.kind == "categorical":
-                    groups.setdefault((name, repr(value)), []).append(r - overall)
+        for features, r in residuals:
+            for key in features:
+                groups.setdefault(key, []).append(r - overall)
         for key, values in groups.items():
             n = len(values)
             self.corrections[key] = sum(values) / n * n / (n + 2)
-
-
-def _fit_accept_rate(accepts: Sequence[tuple[float, int]]) -> float:
-    """The per-token acceptance p whose 1 + p + ... + p^steps best matches the accept lengths."""
-    best_p, best_err = 0.7, math.inf
-    for i in range(1, 99):
-        p = i / 100
-        err = sum((sum(p**k for k in range(steps + 1)) - length) ** 2 for length, steps in accepts)
-        if err < best_err:
-            best_p, best_err = p, err
-    return best_p

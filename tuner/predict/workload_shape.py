@@ -25,6 +25,9 @@ class WorkloadShape:
     first_shared: float = 0.0
     prefixes: int = 1
     requests: int = 200  # requests the benchmark sends (the burst is `clients` of them)
+    # Of `shareable`, what an earlier request sent in full (a conversation's history ends where
+    # the previous turn ended; a system prompt shared across conversations does not).
+    request_end_shareable: float = 0.0
 
     @classmethod
     def of(cls, workload: Mapping[str, Any], clients: int) -> WorkloadShape:
@@ -46,6 +49,7 @@ class WorkloadShape:
                 first_prompt=prompts[0],
                 first_shared=system,
                 requests=int(workload.get("conversations", 16)) * turns,
+                request_end_shareable=sum(shared[1:]) / turns,
             )
         if kind == "shared-prefix":
             system = float(workload.get("system_prompt_len", 2048))
