@@ -8,8 +8,8 @@ import httpx
 import pytest
 from bench_fake_server import fake_server, free_port
 
-from tuner.bench import BenchConfig, WorkloadSpec, run_bench, run_bench_async
-from tuner.bench.client import BenchClient, spread
+from tuner.bench import BenchClient, BenchConfig, WorkloadSpec, run_bench, run_bench_async
+from tuner.bench.client import spread
 from tuner.bench.metrics import itls_ms
 from tuner.errors import UserError
 
