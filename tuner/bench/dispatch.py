@@ -36,7 +36,8 @@ class Dispatch(Protocol):
         """Begin sending the pass's requests; returns once the first are under way."""
 
     def done(self, record: RequestRecord, sim: SimFields) -> None:
-        """A request finished and its record is complete: its slot is free again."""
+        """A request finished and its record is complete: free its slot (and, dispatching by
+        finishes, send what follows)."""
 
     async def stop(self) -> None:
         """The pass is over: cancel what is in flight (closing its connections), clean up."""
@@ -110,9 +111,9 @@ class InFlight:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def cancel(self, *first: asyncio.Task[None]) -> None:
-        """Cancel `first` (a task not spawned here) and every task in flight; wait for them."""
-        tasks = [*first, *self._tasks]
+    async def cancel(self) -> None:
+        """Cancel every task still running and wait for them."""
+        tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

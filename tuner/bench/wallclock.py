@@ -39,18 +39,17 @@ class WallClockDispatch:
         self._total = total
         self._gaps = gaps
         self._slots = asyncio.Semaphore(concurrency) if concurrency else None
-        self._in_flight = InFlight()
-        self._dispatcher: asyncio.Task[None] | None = None
+        self._in_flight = InFlight()  # the releasing task, then each request it released
 
     async def start(self) -> None:
-        self._dispatcher = asyncio.create_task(self._release())
+        self._in_flight.spawn(self._release())
 
     def done(self, record: RequestRecord, sim: SimFields) -> None:
         if self._slots is not None:
             self._slots.release()
 
     async def stop(self) -> None:
-        await self._in_flight.cancel(*(t for t in (self._dispatcher,) if t is not None))
+        await self._in_flight.cancel()
 
     async def _release(self) -> None:
         try:
