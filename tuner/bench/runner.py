@@ -41,7 +41,7 @@ from tuner.errors import UserError
 ARRIVALS = ("poisson", "constant")
 
 # Stage callback: (stage index from 0, cumulative summary) -> False to stop the run.
-StageCallback = Callable[[int, dict[str, float | int]], bool | None]
+StageCallback = Callable[[int, Summary], bool | None]
 # Progress callback: (requests finished, requests in the run).
 ProgressCallback = Callable[[int, int], None]
 
