@@ -15,8 +15,7 @@ import httpx
 import pytest
 from support.harness import SimProcess
 
-from tuner.bench import BenchConfig, WorkloadSpec, run_bench
-from tuner.bench.modelled import BenchLagError, failure_message
+from tuner.bench import BenchConfig, BenchLagError, WorkloadSpec, failure_message, run_bench
 
 SPEC = WorkloadSpec.from_dict({"kind": "random", "requests": 12, "input_len": 64, "output_len": 64})
 

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from tuner.bench.client import RequestRecord
+from tuner.bench import RequestRecord
 from tuner.bench.metrics import (
     accept_length,
     distribution,

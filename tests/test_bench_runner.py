@@ -8,8 +8,8 @@ import httpx
 import pytest
 from support.bench_fake_server import fake_server, free_port
 
-from tuner.bench import BenchConfig, WorkloadSpec, run_bench, run_bench_async
-from tuner.bench.client import BenchClient, spread
+from tuner.bench import BenchClient, BenchConfig, WorkloadSpec, run_bench, run_bench_async
+from tuner.bench.client import spread
 from tuner.bench.metrics import itls_ms
 from tuner.errors import UserError
 
@@ -134,7 +134,10 @@ def test_stopping_cancels_in_flight_requests_and_returns_what_was_measured():
     with fake_server("--time-scale", "20", "--ttft", "0.2", "--itl", "0.2") as s:
         cfg = BenchConfig(
             url=s.url,
-            workload=random_spec(40, output_len=20),
+            # Lengths that differ, so that finishes come apart and the slots they free are
+            # refilled before the stop (equal lengths finish in waves; on a busy host a whole
+            # wave can be read at once, leaving nothing in flight to cancel).
+            workload=random_spec(40, output_len=40, range_ratio=0.25),
             concurrency=8,
             stages=5,
             warmup_requests=0,

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from tuner.bench.payload import build_body, flatten, ids_to_text
-from tuner.bench.workload import WorkloadSpec
+from tuner.bench import WorkloadSpec, build_body
+from tuner.bench.payload import flatten, ids_to_text
 from tuner.errors import UserError
 
 

@@ -1,10 +1,13 @@
-"""Async streaming HTTP client: one RequestRecord per request, failures recorded, not raised.
+"""The streaming HTTP client and its two clocks: one RequestRecord per request, failures recorded.
 
-Records are in modelled seconds. Against the simulator (its /server_info says
-`sim_modelled_time`) they are built from the modelled stamps on every chunk (modelled.py), so a
-busy host changes how long a run takes, never what it measures. Against a real server, time is
-read once per network read and converted right there (wall x the server's time scale, 1 on a real
-server), so that every later computation works in modelled units and never needs to know K.
+`BenchClient` sends one streaming request to sglang (or the simulator) and fills its record;
+failures are recorded in it, never raised. Its times are modelled seconds, read one of two ways:
+
+- against the simulator (its /server_info says `sim_modelled_time`), from the modelled stamps on
+  every chunk (`Stamps`), so a busy host changes how long a run takes, never what it measures;
+- against a real server, from the client's wall clock, read once per network read and converted
+  right there (`ModelClock`: wall x the server's time scale, 1 on a real server), so that every
+  later computation works in modelled units and never needs to know the scale.
 
 Example:
     >>> async def one(url: str) -> RequestRecord:
@@ -20,13 +23,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from tuner.bench.modelled import ModelClock, Stamps
 from tuner.bench.payload import API_PATHS, APIS
+from tuner.bench.records import RequestRecord
 from tuner.bench.transport import LeanTransport
 from tuner.errors import UserError
 
@@ -34,49 +38,67 @@ API_KEY_ENV = "SGLANG_API_KEY"
 _CONNECT_TIMEOUT_S = 30.0  # wall seconds; a local server that takes longer is not serving
 
 
-@dataclass(slots=True)
-class RequestRecord:
-    """What happened to one request. Times are modelled seconds.
+class ModelClock:
+    """Modelled seconds since `restart()`: wall time multiplied by the server's time scale."""
 
-    `start_s` and `end_s` are measured from the start of the benchmark; `ttft_s` and
-    `chunk_times_s` from the request's own start. `chunk_times_s[i]` is when the i-th chunk that
-    carried new output tokens arrived and `chunk_tokens[i]` how many it carried (several with
-    speculative decoding).
-    """
+    __slots__ = ("_origin", "scale")
 
-    index: int
-    start_s: float
-    end_s: float = 0.0
-    ttft_s: float | None = None
-    chunk_times_s: list[float] = field(default_factory=list)
-    chunk_tokens: list[int] = field(default_factory=list)
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    expected_output_tokens: int = 0
-    cached_tokens: int = 0
-    spec_accept_length: float | None = None
-    error: str | None = None
-    http_status: int | None = None
-    conversation: int | None = None
-    turn: int | None = None
-    rid: str | None = None
-    # simulator only: modelled seconds the request reached the server after it was due
-    late_s: float = 0.0
+    def __init__(self, scale: float = 1.0) -> None:
+        self.scale = scale
+        self._origin = time.perf_counter()
 
-    @property
-    def success(self) -> bool:
-        return self.error is None
+    def restart(self) -> None:
+        self._origin = time.perf_counter()
 
-    @property
-    def latency_s(self) -> float:
-        return self.end_s - self.start_s
+    def now(self) -> float:
+        return (time.perf_counter() - self._origin) * self.scale
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_wall(self, modelled_s: float) -> float:
+        return modelled_s / self.scale
+
+
+class Stamps:
+    """The simulator's stamps on one streamed request: its arrival, the latest chunk's time."""
+
+    __slots__ = ("arrival", "late", "latest")
+
+    def __init__(self) -> None:
+        self.arrival: float | None = None
+        self.latest = 0.0
+        self.late = 0.0
+
+    def read(self, event: dict[str, Any], generate: bool) -> float | None:
+        """The event's modelled time since the arrival (None: it carries no stamp)."""
+        if generate:
+            meta = event.get("meta_info") or {}
+            stamp = {k[4:]: v for k, v in meta.items() if k[:4] == "sim_"}
+        else:
+            stamp = event.get("sim") or {}
+        if self.arrival is None and "arrival" in stamp:
+            self.arrival = float(stamp["arrival"])
+            self.late = float(stamp.get("late", 0.0))
+        if "time" in stamp and self.arrival is not None:
+            self.latest = float(stamp["time"])
+            return self.latest - self.arrival
+        return None
+
+    def finish(self, record: RequestRecord, origin: float) -> None:
+        """Start and end of the record, in modelled seconds since the run's `origin`."""
+        if self.arrival is None:
+            # refused, timed out or cut off before any stamp: a failed request that takes no
+            # part in the run's modelled duration
+            record.error = record.error or "the simulator sent no modelled timestamps"
+            record.start_s = record.end_s = 0.0
+            return
+        record.start_s = self.arrival - origin
+        record.end_s = self.latest - origin
+        record.late_s = self.late
 
 
 @dataclass(frozen=True)
 class ServerInfo:
+    """What `probe()` read from the server's /server_info."""
+
     time_scale: float
     model: str | None
     raw: dict[str, Any]

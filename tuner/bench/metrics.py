@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from tuner.bench.client import RequestRecord
+from tuner.bench.records import RequestRecord, Summary
 
 LATENCIES = ("ttft", "tpot", "itl", "e2e_latency")
 STATISTICS = ("mean", "median", "std", "p90", "p95", "p99")
@@ -128,7 +128,7 @@ def summarize(
     records: Sequence[RequestRecord],
     duration_s: float,
     slos: Mapping[str, float] | None = None,
-) -> dict[str, float | int]:
+) -> Summary:
     """The full benchmark summary of `records` over `duration_s` modelled seconds."""
     limits = check_slos(slos)
     done = [r for r in records if r.success]
@@ -145,7 +145,7 @@ def summarize(
     itls = [v for r in done for v in itls_ms(r)]
     e2es = [e2e_latency_ms(r) for r in done]
 
-    summary: dict[str, float | int] = {
+    summary: Summary = {
         "completed": len(done),
         "failed": len(records) - len(done),
         "duration": float(duration_s),

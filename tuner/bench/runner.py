@@ -18,37 +18,32 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
-import uuid
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from tuner.bench.client import BenchClient, ModelClock, RequestRecord
+from tuner.bench.client import BenchClient, ModelClock
+from tuner.bench.dispatch import Dispatch, ReadyTurns, SimFields, arrival_gaps
 from tuner.bench.metrics import check_slos, summarize
 from tuner.bench.modelled import (
     LATE_TOLERANCE_S,
-    MAX_AHEAD,
     BenchLagError,
     ModelledDispatch,
     lag_reason,
     with_sim,
 )
 from tuner.bench.payload import APIS, History, build_body, flatten, prompt_length
+from tuner.bench.records import RequestRecord, Summary
+from tuner.bench.wallclock import WallClockDispatch
 from tuner.bench.workload import Conversation, WorkloadSpec
 from tuner.errors import UserError
 
 ARRIVALS = ("poisson", "constant")
 
 # Stage callback: (stage index from 0, cumulative summary) -> False to stop the run.
-StageCallback = Callable[[int, dict[str, float | int]], bool | None]
+StageCallback = Callable[[int, Summary], bool | None]
 # Progress callback: (requests finished, requests in the run).
 ProgressCallback = Callable[[int, int], None]
-
-Summary = dict[str, float | int]
 
 
 @dataclass
@@ -180,8 +175,12 @@ async def run_bench_async(
     return run.result(info.time_scale, warmup_records, info.raw)
 
 
-class _Run(ModelledDispatch):
-    """The state of one measured (or warm-up) pass over a list of conversations."""
+class _Run:
+    """The state of one measured (or warm-up) pass over a list of conversations.
+
+    What goes out is decided here; when it goes out, by the dispatch strategy the server calls
+    for (dispatch.py): modelled time against the simulator, the wall clock otherwise.
+    """
 
     def __init__(
         self,
@@ -195,12 +194,9 @@ class _Run(ModelledDispatch):
         paced: bool = True,
     ) -> None:
         self.cfg = cfg
-        # Warm-up requests go out at once (up to the cap), not at the measured request rate.
-        self.rate = cfg.request_rate if paced else None
         self.client = client
         self.model = model
         self.conversations = conversations
-        n_conv = len(conversations)
         self.on_stage = on_stage
         self.on_progress = on_progress
         self.total = sum(len(c.turns) for c in conversations)
@@ -212,22 +208,36 @@ class _Run(ModelledDispatch):
         self.histories: list[History] = [
             [("system", c.system)] if c.system else [] for c in conversations
         ]
-        # (conversation, turn, modelled time it became ready to send)
-        self.ready: deque[tuple[int, int, float]] = deque((i, 0, 0.0) for i in range(n_conv))
-        self.ready_event = asyncio.Event()
+        self.turns = ReadyTurns(len(conversations))
         self.finished = asyncio.Event()
-        self.slots = asyncio.Semaphore(cfg.concurrency) if cfg.concurrency else None
-        self.in_flight: set[asyncio.Task[None]] = set()
         self.failure: BaseException | None = None
-        # Against the simulator requests go out by finishes (modelled.ModelledDispatch).
-        self.modelled = client.modelled
-        self.run_id = uuid.uuid4().hex[:12]
         self.late: list[RequestRecord] = []
-        self.free = cfg.concurrency or MAX_AHEAD
-        self.next_index = 0
-        self.due: list[float] = []
-        self.t0 = 0.0
         self.measured = paced
+        # Warm-up requests go out at once (up to the cap), not at the measured request rate.
+        gaps = arrival_gaps(
+            self.total, cfg.request_rate if paced else None, cfg.arrival, cfg.workload.seed
+        )
+        self.dispatch: Dispatch
+        if client.modelled:
+            self.dispatch = ModelledDispatch(
+                client,
+                self.turns,
+                self._one,
+                self.finished,
+                total=self.total,
+                gaps=gaps,
+                concurrency=cfg.concurrency,
+            )
+        else:
+            self.dispatch = WallClockDispatch(
+                client.clock,
+                self.turns,
+                self._one,
+                self._fail,
+                total=self.total,
+                gaps=gaps,
+                concurrency=cfg.concurrency,
+            )
 
     async def warm_up(self) -> list[RequestRecord]:
         if not self.conversations:
@@ -241,89 +251,48 @@ class _Run(ModelledDispatch):
             raise self.failure
 
     async def _run_all(self) -> None:
-        if self.modelled:
-            await self._start_modelled()
-            dispatcher: asyncio.Task[None] | None = None
-        else:
-            dispatcher = asyncio.create_task(self._dispatch())
+        await self.dispatch.start()
         try:
             await self.finished.wait()
         finally:
             # Reached on completion, on a stop from the callback, and when our caller is
             # cancelled: in-flight requests are cancelled, which closes their connections.
-            tasks = [t for t in (dispatcher, *self.in_flight) if t is not None]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            if self.modelled:
-                await self._release_holds()
+            await self.dispatch.stop()
 
-    async def _dispatch(self) -> None:
-        try:
-            rate = self.rate
-            rng = np.random.default_rng(self.cfg.workload.seed)
-            clock = self.client.clock
-            next_release = time.perf_counter()
-            for index in range(self.total):
-                if rate is not None and index > 0:
-                    gap = rng.exponential(1.0 / rate) if self.cfg.arrival == "poisson" else 1 / rate
-                    # Absolute release times, so that slow iterations do not drift the rate.
-                    next_release += clock.to_wall(gap)
-                    delay = next_release - time.perf_counter()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
-                if self.slots is not None:
-                    await self.slots.acquire()
-                while not self.ready:
-                    self.ready_event.clear()
-                    await self.ready_event.wait()
-                conv, turn, *_ = self.ready.popleft()
-                task = asyncio.create_task(self._one(index, conv, turn, None))
-                self.in_flight.add(task)
-                task.add_done_callback(self.in_flight.discard)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # a bug must end the run, not hang it
-            self.failure = exc
-            self.finished.set()
+    def _fail(self, exc: BaseException) -> None:
+        self.failure = exc
+        self.finished.set()
 
-    async def _one(
-        self, index: int, conv_index: int, turn_index: int, sim: dict[str, Any] | None
-    ) -> None:
+    async def _one(self, index: int, conv_index: int, turn_index: int, sim: SimFields) -> None:
         try:
             await self._send_turn(index, conv_index, turn_index, sim)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # a bug must end the run, not hang it
-            self.failure = exc
-            self.finished.set()
+            self._fail(exc)
 
     async def _send_turn(
-        self, index: int, conv_index: int, turn_index: int, sim: dict[str, Any] | None
+        self, index: int, conv_index: int, turn_index: int, sim: SimFields
     ) -> None:
         conversation = self.conversations[conv_index]
         turn = conversation.turns[turn_index]
         history = [*self.histories[conv_index], ("user", turn.user)]
         has_next = turn_index + 1 < len(conversation.turns)
-        try:
-            body = build_body(
-                self.cfg.api,
-                history,
-                turn.output_len,
-                ignore_eos=self.cfg.ignore_eos,
-                model=self.model,
-            )
-            record, output = await self.client.send(
-                index,
-                with_sim(body, sim) if sim is not None else body,
-                expected_output_tokens=turn.output_len,
-                conversation=conv_index if len(conversation.turns) > 1 else None,
-                turn=turn_index if len(conversation.turns) > 1 else None,
-                capture_output=has_next,
-            )
-        finally:
-            if not self.modelled and self.slots is not None:
-                self.slots.release()
+        body = build_body(
+            self.cfg.api,
+            history,
+            turn.output_len,
+            ignore_eos=self.cfg.ignore_eos,
+            model=self.model,
+        )
+        record, output = await self.client.send(
+            index,
+            with_sim(body, sim) if sim is not None else body,
+            expected_output_tokens=turn.output_len,
+            conversation=conv_index if len(conversation.turns) > 1 else None,
+            turn=turn_index if len(conversation.turns) > 1 else None,
+            capture_output=has_next,
+        )
         if record.prompt_tokens == 0 and record.success:
             record.prompt_tokens = prompt_length(flatten(history))
         if has_next:
@@ -331,16 +300,9 @@ class _Run(ModelledDispatch):
             # synthetic answer of the same length stands in when it does not send its ids.
             answer = output if output is not None else turn.synthetic_answer
             self.histories[conv_index] = [*history, ("assistant", answer)]
-            # Ahead of conversations not started yet: each of the `concurrency` clients carries
-            # its chat to the end before opening another, as users do (and as the simulator's
-            # oracle models it); otherwise every conversation would be in flight at once and
-            # their prefixes would evict each other.
-            ended = self.t0 + record.end_s if record.end_s else 0.0
-            self.ready.appendleft((conv_index, turn_index + 1, ended))
-            self.ready_event.set()
+            self.turns.put_next(conv_index, turn_index + 1, record.end_s)
         self._finish(record)
-        if self.modelled:
-            self._after_finish(record, sim)
+        self.dispatch.done(record, sim)
 
     def _finish(self, record: RequestRecord) -> None:
         if self.finished.is_set():
@@ -349,8 +311,7 @@ class _Run(ModelledDispatch):
         done = len(self.records)
         if self.measured and record.late_s > LATE_TOLERANCE_S:
             self.late.append(record)
-            self.failure = BenchLagError(lag_reason(self.late))
-            self.finished.set()
+            self._fail(BenchLagError(lag_reason(self.late)))
             return
         if self.on_progress is not None:
             self.on_progress(done, self.total)
@@ -362,8 +323,7 @@ class _Run(ModelledDispatch):
                 try:
                     keep_going = self.on_stage(stage, summary)
                 except BaseException as exc:
-                    self.failure = exc
-                    self.finished.set()
+                    self._fail(exc)
                     return
                 if keep_going is False:
                     self.stopped_at_stage = stage
