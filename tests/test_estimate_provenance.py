@@ -65,9 +65,9 @@ def _simulator_constants() -> dict[float, str]:
 def _literals(path: Path) -> list[tuple[int, float]]:
     out = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-            if not isinstance(node.value, bool):
-                out.append((node.lineno, float(node.value)))
+        value = node.value if isinstance(node, ast.Constant) else None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out.append((node.lineno, float(value)))
     return out
 
 
