@@ -13,8 +13,7 @@ import httpx
 import pytest
 from support.harness import SimProcess
 
-from tuner.bench import BenchConfig, WorkloadSpec, run_bench
-from tuner.bench.metrics import summarize
+from tuner.bench import BenchConfig, WorkloadSpec, run_bench, summarize
 from tuner.sim.oracle import OracleWorkload, predict
 
 SEED_HW = ["--sim-hardware", "rtx-pro-6000-blackwell", "--sim-model", "qwen3.6-27b"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tuner.bench.workload import WorkloadSpec
+from tuner.bench import WorkloadSpec
 from tuner.engines.model_config import ModelMemory
 from tuner.predict.estimate import Estimator
 from tuner.predict.gpu_specs import gpu_spec

@@ -6,8 +6,7 @@ import math
 import re
 from typing import Any
 
-from tuner.bench.workload import KINDS as WORKLOAD_KINDS
-from tuner.bench.workload import WorkloadSpec
+from tuner.bench import WORKLOAD_KINDS, WorkloadSpec
 from tuner.engines import sglang
 from tuner.errors import UserError
 from tuner.results.goals import SLO_PATTERN, Slo

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 import optuna
 from optuna.trial import TrialState
 
-from tuner.bench.modelled import failure_message as bench_failure_message
+from tuner.bench import failure_message as bench_failure_message
 from tuner.engines import sglang as engine
 from tuner.launcher import LaunchError
 from tuner.predict.memory import ModelMemory, estimate_memory
