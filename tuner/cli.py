@@ -118,6 +118,12 @@ def optimize(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the cost and the first configurations; launch nothing."
     ),
+    min_gain: float = typer.Option(
+        0.01,
+        "--min-gain",
+        help="Stop before --trials when the rest is unlikely to move the front by more than "
+        "this share (0.01 = 1%); 0 runs every trial.",
+    ),
 ) -> None:
     """Run (or resume) a study: sample launch flags, launch, benchmark, prune, record."""
     from tuner.optimize.command import run_optimize
@@ -142,6 +148,7 @@ def optimize(
         time_scale=time_scale,
         tp_size=tp_size,
         heartbeat_s=heartbeat,
+        min_gain=min_gain,
     )
     code = run_optimize(options, workers=workers, report=report, dry_run=dry_run)
     if code:
