@@ -10,6 +10,7 @@ from rich.table import Table
 from tuner.optimize.cost import StudyCost
 from tuner.optimize.progress import format_flags
 from tuner.results import record
+from tuner.results.goals import GOALS
 from tuner.space.model import SearchSpace
 from tuner.study.options import StudySummary
 
@@ -59,7 +60,8 @@ def print_summary(
             console.print(f"  trial {t.number}: {flags}", soft_wrap=True)
     if summary.pareto:
         prefix = _export_prefix(summary, studies_dir)
-        console.print(f"export one with: {prefix} --pick knee", soft_wrap=True)
+        pick = GOALS[goal].pick if (goal := summary.goal) in GOALS else "knee"
+        console.print(f"export one with: {prefix} --pick {pick}", soft_wrap=True)
     console.print(f"study directory: {summary.study_dir}")
     console.print(f"storage: {summary.storage_description}")
 

@@ -11,6 +11,7 @@ Study user attrs (set once when the study is created or resumed):
     STUDY_OBJECTIVES     [{"metric": "output_throughput", "direction": "maximize"},
                           {"metric": "median_tpot_ms", "direction": "minimize"}]
     STUDY_SLOS           [{"metric": "p99_ttft_ms", "op": "<=", "limit": 2000.0}, ...]
+    STUDY_GOAL           "throughput" | "latency" | "balanced": `--goal`, what export picks by
     STUDY_STOPPED        {"launched": int, "reason": str}: the stop rule ended the study before
                          --trials when it held that many launched trials
                          (tuner/study/stopping.py); stale once the study holds more
@@ -68,6 +69,7 @@ STUDY_SGLANG_VERSION = "sglang_version"
 STUDY_OBJECTIVES = "objectives"
 STUDY_SLOS = "slos"
 STUDY_STOPPED = "stopped"
+STUDY_GOAL = "goal"
 
 SERVER_ARGS = "server_args"
 FLAGS = "flags"

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
@@ -36,7 +36,7 @@ from optuna.trial import TrialState
 from tuner.engines.model_config import ModelMemory
 from tuner.errors import UserError
 from tuner.results import record
-from tuner.results.goals import MAXIMIZE, MINIMIZE
+from tuner.results.goals import MAXIMIZE, MINIMIZE, goal_named
 from tuner.results.pareto import Point, pareto_front
 from tuner.results.storage import describe_storage, open_storage, storage_file
 from tuner.results.study_lock import LOCK_SUFFIX, StudyLock, ensure_writable_file
@@ -48,7 +48,7 @@ from tuner.study.recovery import OwnerHeartbeat, owner_tag, recover_abandoned, t
 from tuner.study.run import Run
 from tuner.study.sampler import make_sampler
 from tuner.study.signals import defer_signals_in, deferred, stop_requested
-from tuner.study.stopping import StopDecision, Stopping, StopRule
+from tuner.study.stopping import Measure, StopDecision, Stopping, StopRule
 from tuner.trial.crash_model import CrashModel
 from tuner.trial.objective import EventHook, ObjectiveConfig, TrialObjective
 from tuner.trial.pruning import StagePruner
@@ -87,8 +87,12 @@ def _ensure_study_attrs(study: optuna.Study, run: Run) -> None:
     elif attrs.get(record.STUDY_SPACE) != space.to_dict():
         raise UserError(
             f"study {study.study_name!r} was created with a different search space "
-            f"({attrs.get(record.STUDY_SPACE_FILE)}); use --study NAME for a new study"
+            f"({attrs.get(record.STUDY_SPACE_FILE)}"
+            + (f", or another --goal than {run.options.goal}" if run.options.goal else "")
+            + "); use --study NAME for a new study"
         )
+    if run.options.goal and attrs.get(record.STUDY_GOAL) != run.options.goal:
+        study.set_user_attr(record.STUDY_GOAL, run.options.goal)  # what export picks by
 
 
 def queue_baseline_and_retries(study: optuna.Study, baseline: Baseline | None = None) -> None:
@@ -313,7 +317,9 @@ def _stopped_event(decision: StopDecision, total: int) -> dict[str, Any]:
 
 def stop_rule(options: StudyOptions) -> StopRule:
     """The stop rule a run's options ask for (`--min-gain`; 0 turns it off)."""
-    return replace(options.stop_rule or StopRule(), min_gain=options.min_gain)
+    rule = replace(options.stop_rule or StopRule(), min_gain=options.min_gain)
+    goal = goal_named(options.goal)
+    return rule if goal is None else replace(rule, measure=cast(Measure, goal.measure))
 
 
 def _describe(running: list[optuna.trial.FrozenTrial]) -> str:
@@ -436,4 +442,5 @@ def summarize(
         launched=launched,
         budget=options.trials,
         stopped_because=None if stopped is None else str(stopped.get("reason")),
+        goal=study.user_attrs.get(record.STUDY_GOAL),
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 import optuna
 
 from tuner.errors import UserError
+from tuner.results.goals import goal_named
 from tuner.results.storage import DEFAULT_STUDIES_DIR
 from tuner.study.sampler import SAMPLERS
 from tuner.study.stopping import StopRule
@@ -43,6 +44,7 @@ class StudyOptions:
     # (relative; tuner/study/stopping.py); 0: run the whole budget.
     min_gain: float = 0.01
     stop_rule: StopRule | None = None  # the rule's other settings; None: StopRule's defaults
+    goal: str | None = None  # --goal: throughput | latency | balanced (tuner/results/goals.py)
 
 
 @dataclass
@@ -59,6 +61,7 @@ class StudySummary:
     launched: int = 0  # configurations launched and measured (what --trials counts)
     budget: int = 0  # --trials
     stopped_because: str | None = None  # the stop rule ended the study before --trials
+    goal: str | None = None  # the study's --goal
 
 
 def check_options(options: StudyOptions) -> None:
@@ -82,6 +85,7 @@ def check_options(options: StudyOptions) -> None:
     for option, value in positive.items():
         if value is not None and not value > 0:
             raise UserError(f"{option} {value}: give a number above 0")
+    goal_named(options.goal)  # an unknown goal, or one not built yet, is a UserError
     if not 0 <= options.min_gain < 1:
         raise UserError(
             f"--min-gain {options.min_gain:g}: give a share from 0 (off: run every trial) to "
