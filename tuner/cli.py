@@ -118,6 +118,18 @@ def optimize(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the cost and the first configurations; launch nothing."
     ),
+    goal: str | None = typer.Option(
+        None,
+        "--goal",
+        help="throughput, latency or balanced: objectives and SLOs (the space's own win), "
+        "the export pick, what the stop rule watches.",
+    ),
+    min_gain: float = typer.Option(
+        0.01,
+        "--min-gain",
+        help="Stop before --trials when the rest is unlikely to move the front by more than "
+        "this share (0.01 = 1%); 0 runs every trial.",
+    ),
 ) -> None:
     """Run (or resume) a study: sample launch flags, launch, benchmark, prune, record."""
     from tuner.optimize.command import run_optimize
@@ -142,6 +154,8 @@ def optimize(
         time_scale=time_scale,
         tp_size=tp_size,
         heartbeat_s=heartbeat,
+        min_gain=min_gain,
+        goal=goal,
     )
     code = run_optimize(options, workers=workers, report=report, dry_run=dry_run)
     if code:
@@ -306,7 +320,9 @@ def export_command(
     storage: str | None = typer.Option(None, "--storage", help=_STORAGE_HELP),
     trial: int | None = typer.Option(None, "--trial", help="Export this trial number."),
     pick: str | None = typer.Option(
-        None, "--pick", help="max-throughput, min-latency or knee (default: knee)."
+        None,
+        "--pick",
+        help="max-throughput, min-latency or knee (default: the study's --goal's, else knee).",
     ),
     slo: list[str] | None = typer.Option(
         None,

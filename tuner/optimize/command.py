@@ -6,6 +6,7 @@ import sys
 
 from rich.console import Console
 
+from tuner.optimize.cost import study_cost
 from tuner.optimize.preflight import preflight
 from tuner.optimize.progress import OptimizeDisplay
 from tuner.optimize.summary import print_summary
@@ -53,7 +54,8 @@ def run_optimize(options: StudyOptions, workers: int, report: bool, dry_run: boo
     except KeyboardInterrupt:  # before the first trial (opening the study) or after the last
         console.print("interrupted: run the same command again to resume")
         return 130
-    print_summary(console, summary, loaded_space, studies_dir)
+    saved = study_cost(run, done=summary.launched) if summary.stopped_because else None
+    print_summary(console, summary, loaded_space, studies_dir, saved)
     if report and summary.counts.get("COMPLETE", 0):
         path = write_report(
             open_storage(summary.storage, summary.study_name, studies_dir),

@@ -43,6 +43,7 @@ class OptimizeDisplay:
         self.current: dict[int, dict[str, str]] = {}  # running trials, by number
         self.best: list[tuple[float, float, int]] = []
         self.live: Live | None = None
+        self.stopped: str | None = None  # the stop rule ended the study (tuner/study/stopping.py)
 
     def __enter__(self) -> OptimizeDisplay:
         self.live = Live(self.render(), console=self.console, refresh_per_second=4, transient=True)
@@ -79,7 +80,10 @@ class OptimizeDisplay:
                 f"stage {data['stage'] + 1}/{data['n_stages']}: "
                 f"{data['throughput']:.1f} tok/s, {data['latency']:.1f} ms",
             )
-        elif kind in ("waiting", "gave_up"):
+        elif kind in ("waiting", "gave_up", "stop_check"):
+            self._log(data["message"])
+        elif kind == "stopped":
+            self.stopped = data["message"]
             self._log(data["message"])
         elif kind == "recovered":
             retry = data.get("retry")
@@ -143,6 +147,8 @@ class OptimizeDisplay:
             f"  elapsed {elapsed:.0f}s  remaining ~{eta}",
         )
         parts: list[Any] = [head]
+        if self.stopped:
+            parts.append(Text(self.stopped, style="green"))
         for number, trial in sorted(self.current.items()):
             parts.append(Text(f"#{number} {trial['flags']}"))
             parts.append(Text(f"  {trial['status']}", style="yellow"))

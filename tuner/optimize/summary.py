@@ -7,17 +7,26 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from tuner.optimize.cost import StudyCost
 from tuner.optimize.progress import format_flags
 from tuner.results import record
+from tuner.results.goals import GOALS
 from tuner.space.model import SearchSpace
 from tuner.study.options import StudySummary
 
 
 def print_summary(
-    console: Console, summary: StudySummary, space: SearchSpace, studies_dir: Path
+    console: Console,
+    summary: StudySummary,
+    space: SearchSpace,
+    studies_dir: Path,
+    saved: StudyCost | None = None,
 ) -> None:
+    """`saved`: what the trials the stop rule left unrun would have cost (optimize/cost.py)."""
     counts = ", ".join(f"{n} {state.lower()}" for state, n in sorted(summary.counts.items()))
     console.print(f"study [bold]{summary.study_name}[/bold]: {counts or 'no trials'}")
+    if summary.stopped_because:
+        console.print(stopped_line(summary, saved), soft_wrap=True)
     thr_name, lat_name = space.objectives.throughput, space.objectives.latency
     default = summary.default_trial
     if default is not None and default.values:
@@ -51,9 +60,21 @@ def print_summary(
             console.print(f"  trial {t.number}: {flags}", soft_wrap=True)
     if summary.pareto:
         prefix = _export_prefix(summary, studies_dir)
-        console.print(f"export one with: {prefix} --pick knee", soft_wrap=True)
+        pick = GOALS[goal].pick if (goal := summary.goal) in GOALS else "knee"
+        console.print(f"export one with: {prefix} --pick {pick}", soft_wrap=True)
     console.print(f"study directory: {summary.study_dir}")
     console.print(f"storage: {summary.storage_description}")
+
+
+def stopped_line(summary: StudySummary, saved: StudyCost | None) -> str:
+    """Why the study ended before --trials, what that saved, and how to go on."""
+    left = max(summary.budget - summary.launched, 0)
+    hours = f", ~{saved.gpu_hours:.2f} GPU hours (modelled)" if saved is not None else ""
+    return (
+        f"done after {summary.launched} of {summary.budget} trials: {summary.stopped_because}. "
+        f"Saved {left} launches{hours}. To run them anyway, the same command with --min-gain 0 "
+        "(or a smaller --min-gain) resumes the study."
+    )
 
 
 def _nothing_to_export(summary: StudySummary, studies_dir: Path) -> str:

@@ -25,7 +25,7 @@ from optuna.storages import BaseStorage
 
 from tuner.engines.sglang import LAUNCH_MODULE
 from tuner.results.goals import Slo
-from tuner.results.pick import Pick, choose_trial
+from tuner.results.pick import Pick, choose_trial, default_pick
 from tuner.results.server_config import (
     ConfigFile,
     argv_to_config,
@@ -217,7 +217,7 @@ def export_trial(
     pick_rule = Pick(pick) if pick is not None else None
     parsed = [s if isinstance(s, Slo) else Slo.parse(s) for s in slos]
     chosen, warnings = choose_trial(trials, meta, trial_number=trial, pick=pick_rule, slos=parsed)
-    picked_by = "trial" if trial is not None else (pick_rule or Pick.KNEE).value
+    picked_by = "trial" if trial is not None else (pick_rule or default_pick(meta)).value
 
     argv = sglang_server_args(chosen.server_args)
     snapshot, not_checked = parser_snapshot(meta.sglang_version)

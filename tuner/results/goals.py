@@ -104,3 +104,77 @@ def as_float(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What `--goal WORD` stands for: the objectives and SLOs a space without its own
+    `objectives:` / `slos:` gets, the trial `tuner export` picks, and what the stop rule
+    watches (tuner/study/stopping.py)."""
+
+    name: str
+    latency: str  # the latency objective (the throughput one is output_throughput)
+    slos: tuple[str, ...]
+    pick: str  # a tuner.results.pick.Pick value
+    measure: str  # "throughput", "latency" or "front"
+    says: str  # one line for the help and the README
+
+
+GOALS: Final = {
+    goal.name: goal
+    for goal in (
+        Goal(
+            "throughput",
+            "median_tpot_ms",
+            (),
+            "max-throughput",
+            "throughput",
+            "most output tok/s; no SLO; exports the highest-throughput trial",
+        ),
+        Goal(
+            "latency",
+            "p99_tpot_ms",
+            ("p99_ttft_ms <= 2000",),
+            "min-latency",
+            "latency",
+            "lowest p99 TPOT with the first token within 2 s (p99); exports the fastest trial",
+        ),
+        Goal(
+            "balanced",
+            "median_tpot_ms",
+            ("p99_ttft_ms <= 5000",),
+            "knee",
+            "front",
+            "the throughput/latency front with p99 TTFT <= 5 s; exports the knee",
+        ),
+    )
+}
+NOT_YET: Final = ("capacity",)  # named, not built yet (issue 21, item 2)
+
+
+def goal_named(name: str | None) -> Goal | None:
+    """The goal `--goal NAME` asks for (None: the space as it is); a UserError otherwise."""
+    if name is None:
+        return None
+    if name in GOALS:
+        return GOALS[name]
+    if name in NOT_YET:
+        raise UserError(
+            f"--goal {name}: not yet: a trial cannot measure the highest SLO-meeting request "
+            f"rate yet; choose {', '.join(GOALS)}"
+        )
+    choices = "; ".join(f"{goal.name} ({goal.says})" for goal in GOALS.values())
+    raise UserError(f"--goal {name!r} is not a goal: choose one of {choices}")
+
+
+def goal_defaults(goal: Goal | None, space_file: object) -> dict[str, Any]:
+    """The top-level keys a goal gives a space file that lacks them: the file's own
+    `objectives:` and `slos:` win when given."""
+    if goal is None or not isinstance(space_file, Mapping):
+        return {}
+    out: dict[str, Any] = {}
+    if "objectives" not in space_file:
+        out["objectives"] = {"throughput": DEFAULT_OBJECTIVES[0].metric, "latency": goal.latency}
+    if "slos" not in space_file:
+        out["slos"] = list(goal.slos)
+    return out

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tuner.errors import UserError
 from tuner.results import record
-from tuner.results.goals import MAXIMIZE, Slo
+from tuner.results.goals import GOALS, MAXIMIZE, Slo
 from tuner.results.pareto import Point, knee_point, pareto_front
 from tuner.results.study_records import (
     Category,
@@ -61,6 +61,12 @@ def pick_trial(
     return by_number[knee.key]
 
 
+def default_pick(meta: StudyMeta) -> Pick:
+    """The pick of the study's `--goal` (tuner/results/goals.py), `knee` without one."""
+    goal = GOALS.get(meta.goal or "")
+    return Pick(goal.pick) if goal is not None else Pick.KNEE
+
+
 def choose_trial(
     trials: Sequence[TrialRecord],
     meta: StudyMeta,
@@ -69,13 +75,14 @@ def choose_trial(
     pick: Pick | None = None,
     slos: Sequence[Slo] = (),
 ) -> tuple[TrialRecord, list[str]]:
-    """The trial to export and the warnings to show. `--trial` wins; `knee` is the default.
-    `slos`, when given, replace the study's SLOs (`tuner export --slo`)."""
+    """The trial to export and the warnings to show. `--trial` wins; the study's goal's pick is
+    the default (`knee` without a goal). `slos`, when given, replace the study's SLOs
+    (`tuner export --slo`)."""
     _check_slo_metrics(trials, slos)
     if slos:
         meta, trials = with_slos(meta, trials, slos)
     if trial_number is None:
-        return pick_trial(trials, meta, pick or Pick.KNEE), []
+        return pick_trial(trials, meta, pick or default_pick(meta)), []
     if pick is not None:
         raise UserError("give either --trial N or --pick RULE, not both")
     by_number = {t.number: t for t in trials}

@@ -11,6 +11,10 @@ Study user attrs (set once when the study is created or resumed):
     STUDY_OBJECTIVES     [{"metric": "output_throughput", "direction": "maximize"},
                           {"metric": "median_tpot_ms", "direction": "minimize"}]
     STUDY_SLOS           [{"metric": "p99_ttft_ms", "op": "<=", "limit": 2000.0}, ...]
+    STUDY_GOAL           "throughput" | "latency" | "balanced": `--goal`, what export picks by
+    STUDY_STOPPED        {"launched": int, "reason": str}: the stop rule ended the study before
+                         --trials when it held that many launched trials
+                         (tuner/study/stopping.py); stale once the study holds more
 
 Trial user attrs:
     SERVER_ARGS   list[str], the flags after `python -m sglang.launch_server`, without
@@ -64,6 +68,8 @@ STUDY_ENGINE = "engine"
 STUDY_SGLANG_VERSION = "sglang_version"
 STUDY_OBJECTIVES = "objectives"
 STUDY_SLOS = "slos"
+STUDY_STOPPED = "stopped"
+STUDY_GOAL = "goal"
 
 SERVER_ARGS = "server_args"
 FLAGS = "flags"
@@ -91,7 +97,9 @@ OWNER = "owner"  # {"host", "pid", "start", "boot"} of the process running the t
 HEARTBEAT = "heartbeat"  # Unix time of the owner's last sign of life
 ABANDONED = "abandoned"  # why a RUNNING trial was found without a live owner (FAIL, retried)
 GUIDED_BY = (
-    "guided_by"  # "estimate" or "polish": the guide queued this trial (tuner/study/guide.py)
+    # "estimate", "polish" or "stop-check": the guide queued this trial (tuner/study/guide.py,
+    # tuner/study/stopping.py)
+    "guided_by"
 )
 
 # How a trial ended, beyond Optuna's state.

@@ -55,6 +55,7 @@ class StudyMeta:
     engine: str | None  # "sim" or "sglang"
     sglang_version: str | None
     objectives_given: bool = True  # False when DEFAULT_OBJECTIVES had to be assumed
+    goal: str | None = None  # `tuner optimize --goal`: the pick `tuner export` defaults to
 
     @property
     def directions(self) -> tuple[str, str]:
@@ -149,6 +150,7 @@ def read_study_meta(study: optuna.Study) -> StudyMeta:
         engine=attrs.get(record.STUDY_ENGINE),
         sglang_version=attrs.get(record.STUDY_SGLANG_VERSION),
         objectives_given=objectives_given,
+        goal=attrs.get(record.STUDY_GOAL),
     )
 
 

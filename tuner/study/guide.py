@@ -41,6 +41,7 @@ from tuner.space.derive import evaluate
 from tuner.space.model import ParamSpec, SearchSpace, same_value
 from tuner.study.budget import measured_count
 from tuner.study.options import StudyOptions
+from tuner.study.stopping import STOP_CHECK, Outlook
 
 _log = logging.getLogger(__name__)
 
@@ -85,9 +86,7 @@ class Guide:
         if measured == 0:
             return
         cfg = self.config
-        # A queued trial another worker has just asked is RUNNING with its params not yet
-        # suggested: its queued params count as tried, or two workers would launch one pick.
-        tried = {_key(t.params or t.system_attrs.get("fixed_params") or {}) for t in trials}
+        tried = _tried(trials)
         guided = sum(1 for t in trials if t.user_attrs.get(record.GUIDED_BY) == "estimate")
         warm = guided < cfg.warm_start and measured <= cfg.warm_start
         # Between the warm start and the polish, one trial in `estimate_every` is the refitted
@@ -122,6 +121,37 @@ class Guide:
             picks.append(params)
             tried.add(_key(params))
         return picks
+
+    def outlook(self, study: optuna.Study) -> Outlook | None:
+        """What the refitted estimate expects from the rest of the study: its best untried
+        configuration and the throughput gain it predicts over the best SLO-feasible trial,
+        both scored by the same estimate (tuner/study/stopping.py). None without an estimate
+        or a feasible trial."""
+        if self.estimator is None:
+            return None
+        trials = study.get_trials(deepcopy=False)
+        feasible = [
+            t
+            for t in trials
+            if t.state == TrialState.COMPLETE and t.values and record.feasible(t.constraints)
+        ]
+        if not feasible:
+            return None
+        best = max(feasible, key=lambda t: t.values[0])
+        self._refit(trials)
+        params = self._best_candidate(_tried(trials))
+        if params is None:
+            return None
+        # The best trial's own flags: sglang's defaults pass no tuned flag at all.
+        measured = self.estimator.score(best.user_attrs.get(record.FLAGS) or self._flags({}))
+        expected = self.estimator.score(self._flags(params))
+        if measured <= 0:
+            return None  # the estimate cannot judge the configuration that is best
+        return Outlook(params, expected / measured - 1)
+
+    def queue_check(self, study: optuna.Study, outlook: Outlook) -> None:
+        """Measure the configuration the estimate expects a gain from, before the study stops."""
+        self._enqueue(study, outlook.params, STOP_CHECK)
 
     # -- the estimate ----------------------------------------------------------------------
 
@@ -353,6 +383,12 @@ def _snap(spec: ParamSpec, value: float) -> Any:
     if spec.kind == "int":
         return int(min(max(round(value), low), high))
     return float(value)
+
+
+def _tried(trials: list[FrozenTrial]) -> set[tuple[Any, ...]]:
+    # A queued trial another worker has just asked is RUNNING with its params not yet
+    # suggested: its queued params count as tried, or two workers would launch one pick.
+    return {_key(t.params or t.system_attrs.get("fixed_params") or {}) for t in trials}
 
 
 def _key(params: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -20,8 +20,9 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
@@ -35,7 +36,7 @@ from optuna.trial import TrialState
 from tuner.engines.model_config import ModelMemory
 from tuner.errors import UserError
 from tuner.results import record
-from tuner.results.goals import MAXIMIZE, MINIMIZE
+from tuner.results.goals import MAXIMIZE, MINIMIZE, goal_named
 from tuner.results.pareto import Point, pareto_front
 from tuner.results.storage import describe_storage, open_storage, storage_file
 from tuner.results.study_lock import LOCK_SUFFIX, StudyLock, ensure_writable_file
@@ -47,6 +48,7 @@ from tuner.study.recovery import OwnerHeartbeat, owner_tag, recover_abandoned, t
 from tuner.study.run import Run
 from tuner.study.sampler import make_sampler
 from tuner.study.signals import defer_signals_in, deferred, stop_requested
+from tuner.study.stopping import Measure, StopDecision, Stopping, StopRule
 from tuner.trial.crash_model import CrashModel
 from tuner.trial.objective import EventHook, ObjectiveConfig, TrialObjective
 from tuner.trial.pruning import StagePruner
@@ -85,8 +87,12 @@ def _ensure_study_attrs(study: optuna.Study, run: Run) -> None:
     elif attrs.get(record.STUDY_SPACE) != space.to_dict():
         raise UserError(
             f"study {study.study_name!r} was created with a different search space "
-            f"({attrs.get(record.STUDY_SPACE_FILE)}); use --study NAME for a new study"
+            f"({attrs.get(record.STUDY_SPACE_FILE)}"
+            + (f", or another --goal than {run.options.goal}" if run.options.goal else "")
+            + "); use --study NAME for a new study"
         )
+    if run.options.goal and attrs.get(record.STUDY_GOAL) != run.options.goal:
+        study.set_user_attr(record.STUDY_GOAL, run.options.goal)  # what export picks by
 
 
 def queue_baseline_and_retries(study: optuna.Study, baseline: Baseline | None = None) -> None:
@@ -185,17 +191,19 @@ def run_study(run: Run, on_event: EventHook | None = None) -> StudySummary:
         on_event("start", {"study": name, "done": finished_count(study), "total": options.trials})
     interrupted = False
     gave_up = None
+    guide = make_guide(space, run.host, GuideSettings.of(options))
     try:
         gave_up = run_trials(
             study,
             objective,
             options.trials,
             options.timeout_s,
-            guide=make_guide(space, run.host, GuideSettings.of(options)),
+            guide=guide,
             lock=study_lock(options, name, on_event),
             on_event=on_event,
             heartbeat_s=options.heartbeat_s,
             wait_timeout_s=options.wait_timeout_s,
+            stopping=Stopping(stop_rule(options), guide),
         )
     except KeyboardInterrupt:
         interrupted = True
@@ -216,8 +224,10 @@ def run_trials(
     on_event: EventHook | None = None,
     heartbeat_s: float = 10.0,
     wait_timeout_s: float = 3600.0,
+    stopping: Stopping | None = None,
 ) -> str | None:
-    """Run trials until the study holds `total` finished ones, whoever runs them.
+    """Run trials until the study holds `total` finished ones, whoever runs them, or until
+    `stopping` says the rest are unlikely to move the front (tuner/study/stopping.py).
 
     An ask/tell loop rather than `study.optimize`, because the budget is global: with several
     workers on one study, a worker must not start a trial that would exceed it, and must keep
@@ -263,6 +273,13 @@ def run_trials(
             # owner written, a stop signal waits (not while waiting for the lock): it then ends
             # the asked trial as interrupted, instead of leaving it RUNNING with no owner.
             with lock, deferred():
+                if stopping is not None and not _queued(study):
+                    if stopping.should_stop(study):
+                        if on_event and stopping.decision is not None:
+                            on_event("stopped", _stopped_event(stopping.decision, total))
+                        return None
+                    if on_event and (decision := stopping.decision) and decision.outlook:
+                        on_event("stop_check", {"message": f"not stopping: {decision.reason}"})
                 if guide is not None:
                     guide.before_ask(study)  # may queue a trial of its own (guide.py)
                 trial = study.ask()
@@ -283,6 +300,26 @@ def run_trials(
             if trial is not None:
                 _record_interrupted(study, trial)
             raise
+
+
+def _queued(study: optuna.Study) -> bool:
+    """A queued trial (the baseline, a retry, the stop rule's check) is measured first."""
+    return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+
+def _stopped_event(decision: StopDecision, total: int) -> dict[str, Any]:
+    return {
+        "message": f"stopped after {decision.launched} of {total} trials: {decision.reason}",
+        "launched": decision.launched,
+        "total": total,
+    }
+
+
+def stop_rule(options: StudyOptions) -> StopRule:
+    """The stop rule a run's options ask for (`--min-gain`; 0 turns it off)."""
+    rule = replace(options.stop_rule or StopRule(), min_gain=options.min_gain)
+    goal = goal_named(options.goal)
+    return rule if goal is None else replace(rule, measure=cast(Measure, goal.measure))
 
 
 def _describe(running: list[optuna.trial.FrozenTrial]) -> str:
@@ -387,6 +424,10 @@ def summarize(
     default = next(
         (t for t in trials if t.user_attrs.get(record.IS_DEFAULT) and t.state in FINISHED), None
     )
+    stopped = study.user_attrs.get(record.STUDY_STOPPED)
+    launched = measured_count(trials)
+    if not isinstance(stopped, dict) or stopped.get("launched") != launched:
+        stopped = None  # none, or a stop a later run went past (--min-gain 0, a larger one)
     return StudySummary(
         study_name=study.study_name,
         storage_description=describe_storage(
@@ -398,4 +439,8 @@ def summarize(
         pareto=pareto,
         default_trial=default,
         interrupted=interrupted,
+        launched=launched,
+        budget=options.trials,
+        stopped_because=None if stopped is None else str(stopped.get("reason")),
+        goal=study.user_attrs.get(record.STUDY_GOAL),
     )

@@ -8,8 +8,10 @@ from pathlib import Path
 import optuna
 
 from tuner.errors import UserError
+from tuner.results.goals import goal_named
 from tuner.results.storage import DEFAULT_STUDIES_DIR
 from tuner.study.sampler import SAMPLERS
+from tuner.study.stopping import StopRule
 from tuner.trial.pruning import StagePrunerConfig
 
 ENGINES = ("sim", "sglang")
@@ -38,6 +40,11 @@ class StudyOptions:
     wait_timeout_s: float = 3600.0  # a worker with nothing to start waits this long for others
     warm_start: bool = True  # the estimate picks the first trials (tuner/study/guide.py)
     polish: bool = True  # late neighbours of the best trial (tuner/study/guide.py)
+    # Stop before --trials when the rest is unlikely to move the front by more than this
+    # (relative; tuner/study/stopping.py); 0: run the whole budget.
+    min_gain: float = 0.01
+    stop_rule: StopRule | None = None  # the rule's other settings; None: StopRule's defaults
+    goal: str | None = None  # --goal: throughput | latency | balanced (tuner/results/goals.py)
 
 
 @dataclass
@@ -51,6 +58,10 @@ class StudySummary:
     default_trial: optuna.trial.FrozenTrial | None
     interrupted: bool = False
     gave_up: str | None = None  # why the run stopped waiting for other workers' trials
+    launched: int = 0  # configurations launched and measured (what --trials counts)
+    budget: int = 0  # --trials
+    stopped_because: str | None = None  # the stop rule ended the study before --trials
+    goal: str | None = None  # the study's --goal
 
 
 def check_options(options: StudyOptions) -> None:
@@ -74,6 +85,12 @@ def check_options(options: StudyOptions) -> None:
     for option, value in positive.items():
         if value is not None and not value > 0:
             raise UserError(f"{option} {value}: give a number above 0")
+    goal_named(options.goal)  # an unknown goal, or one not built yet, is a UserError
+    if not 0 <= options.min_gain < 1:
+        raise UserError(
+            f"--min-gain {options.min_gain:g}: give a share from 0 (off: run every trial) to "
+            "below 1, e.g. 0.01 to stop when the rest is unlikely to gain 1%"
+        )
     if options.time_scale is not None and options.engine != "sim":
         raise UserError(
             f"--time-scale {options.time_scale} applies to the simulator only: drop it, "

@@ -21,6 +21,7 @@ from tuner.engines import sglang as engine
 from tuner.host import HostFacts, read_host_facts
 from tuner.launcher import LaunchTarget
 from tuner.predict.capacity_bound import running_capacity
+from tuner.results.goals import goal_defaults, goal_named
 from tuner.space.load import default_space_path, read_space_file
 from tuner.space.model import SearchSpace
 from tuner.study.options import StudyOptions, check_options
@@ -58,7 +59,9 @@ def resolve_run(options: StudyOptions) -> Run:
     check_options(options)
     path = options.space_path or default_space_path()
     source = read_space_file(path)
-    space = source.build()
+    # --goal fills in what the file leaves out; the file's own objectives and SLOs win.
+    goal = goal_defaults(goal_named(options.goal), source.data)
+    space = source.build(**goal)
     target = launch_target(space, options)
     host = read_host_facts(
         options.engine,
@@ -69,7 +72,8 @@ def resolve_run(options: StudyOptions) -> Run:
         gpu_memory_gb=options.gpu_memory_gb,
     )
     if space.needs_capacity:  # a bound relative to what this GPU can run
-        space = source.build(capacity=running_capacity(space, host.model, host.gpu_memory_gb))
+        capacity = running_capacity(space, host.model, host.gpu_memory_gb)
+        space = source.build(**goal, capacity=capacity)
     return Run(options=options, space=space, space_path=Path(path), target=target, host=host)
 
 

@@ -1,0 +1,183 @@
+"""The stop rule (tuner/study/stopping.py) on crafted trial lists, and in the study loop."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tuner.results import record
+from tuner.study.loop import run_trials
+from tuner.study.stopping import (
+    STOP_CHECK,
+    Outlook,
+    Stopping,
+    StopRule,
+    decide,
+    front_move,
+)
+
+RULE = StopRule(min_gain=0.01, min_trials=6, patience=4)
+
+
+def _study(points: list[Any]) -> optuna.Study:
+    """A study whose trials are `points`: (throughput, latency) feasible, ("slo", thr, lat)
+    violating an SLO, "pruned", "skipped" (rejected before launch), "repeat" (a duplicate),
+    or ("check", thr, lat): a feasible trial the stop rule queued."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for point in points:
+        trial = study.ask()
+        trial.suggest_int("x", 0, 1000)
+        if point in ("pruned", "skipped", "repeat"):
+            if point == "skipped":
+                trial.set_user_attr(record.OUTCOME, record.OUTCOME_SKIPPED)
+            if point == "repeat":
+                trial.set_user_attr(record.DUPLICATE_OF, 0)
+            study.tell(trial, state=TrialState.PRUNED)
+            continue
+        kind, thr, lat = point if len(point) == 3 else ("ok", *point)
+        if kind == "check":
+            trial.set_user_attr(record.GUIDED_BY, STOP_CHECK)
+        trial.set_constraint("launch", 0.0)
+        trial.set_constraint("slo:p99_ttft_ms", 0.5 if kind == "slo" else -0.5)
+        study.tell(trial, [thr, lat])
+    return study
+
+
+def _trials(points: list[Any]) -> list[optuna.trial.FrozenTrial]:
+    return _study(points).get_trials()
+
+
+def test_front_move_is_the_factor_a_new_point_beats_every_old_one_by():
+    before = [(100.0, 10.0), (80.0, 8.0)]
+    assert front_move(before, [(103.0, 10.0)]) == pytest.approx(0.03)
+    # Between two old points and dominated by neither: it beats (100, 10) by 10/9 in latency.
+    assert front_move(before, [(90.0, 9.0)]) == pytest.approx(10 / 9 - 1)
+    assert front_move(before, [(50.0, 20.0)]) == 0.0  # dominated
+    # A new low-latency end moves the front as much as it lowers the latency.
+    assert front_move(before, [(60.0, 4.0)]) == pytest.approx(1.0)
+    assert front_move([], [(1.0, 1.0)]) == math.inf
+    assert front_move(before, []) == 0.0
+    assert front_move(before, [(60.0, 4.0)], "throughput") == 0.0
+    assert front_move(before, [(60.0, 4.0)], "latency") == pytest.approx(1.0)
+
+
+def test_a_plateau_stops_the_study_after_the_window():
+    plateau = [(100.0, 10.0), (120.0, 10.0)] + [(119.0, 10.0)] * 4
+    decision = decide(_trials(plateau), RULE)
+    assert decision.stop and decision.launched == 6 and decision.moved == 0.0
+    assert "last 4 launched trials moved the front by 0.0%" in decision.reason
+    assert decision.best_trial == 1
+
+
+def test_not_before_min_trials_nor_while_the_front_moves():
+    assert not decide(_trials([(100.0, 10.0)] * 5), RULE).stop
+    rising = [(100.0, 10.0)] * 4 + [(100.0, 10.0), (103.0, 10.0)]
+    decision = decide(_trials(rising), RULE)
+    assert not decision.stop and decision.moved == pytest.approx(0.03)
+    assert "moved the front by 3.0%" in decision.reason
+    # The same move is below a larger min_gain.
+    assert decide(_trials(rising), StopRule(0.05, min_trials=6, patience=4)).stop
+
+
+def test_skips_and_repeats_do_not_count_as_launched_trials():
+    points = [(100.0, 10.0)] * 4 + ["skipped", "repeat"] * 3 + [(100.0, 10.0)]
+    decision = decide(_trials(points), RULE)
+    assert decision.launched == 5 and not decision.stop
+    pruned = [(100.0, 10.0)] * 4 + ["pruned", "pruned"]
+    assert decide(_trials(pruned), RULE).stop  # a pruned trial was launched: it counts
+
+
+def test_slo_violations_move_nothing_and_no_feasible_trial_means_no_judgement():
+    # Better figures outside the SLO are not progress.
+    points = [(100.0, 10.0)] * 2 + [("slo", 500.0, 1.0)] * 4
+    assert decide(_trials(points), RULE).stop
+    none_feasible = [("slo", 100.0, 10.0)] * 2 + [(100.0, 10.0)] * 4
+    decision = decide(_trials(none_feasible), RULE)
+    assert not decision.stop and "nothing to judge by" in decision.reason
+
+
+def test_min_gain_0_turns_the_rule_off():
+    flat = [(100.0, 10.0)] * 20
+    decision = decide(_trials(flat), StopRule(min_gain=0.0, min_trials=6, patience=4))
+    assert not decision.stop and "--min-gain 0" in decision.reason
+
+
+def test_the_estimate_is_asked_only_when_the_trials_say_stop_and_can_veto_it():
+    asked: list[int] = []
+
+    def outlook(gain: float):
+        def ask() -> Outlook:
+            asked.append(1)
+            return Outlook({"x": 7}, gain)
+
+        return ask
+
+    rising = [(100.0, 10.0)] * 5 + [(110.0, 10.0)]
+    assert not decide(_trials(rising), RULE, outlook(0.5)).stop and not asked
+    flat = [(100.0, 10.0)] * 6
+    vetoed = decide(_trials(flat), RULE, outlook(0.05))
+    assert not vetoed.stop and vetoed.outlook == Outlook({"x": 7}, 0.05)
+    assert "the estimate expects +5.0%" in vetoed.reason
+    agreed = decide(_trials(flat), RULE, outlook(0.005))
+    assert (
+        agreed.stop and agreed.outlook is None and "the estimate expects no more" in agreed.reason
+    )
+
+
+def test_after_max_checks_that_moved_nothing_the_estimate_is_not_believed():
+    checked = [(100.0, 10.0)] * 4 + [("check", 100.0, 10.0)] * 2
+    decision = decide(_trials(checked), RULE, lambda: Outlook({"x": 1}, 0.2))
+    assert decision.stop and "last 2 expected gains did not come" in decision.reason
+
+
+class _Forecaster:
+    def __init__(self, gain: float) -> None:
+        self.gain = gain
+        self.queued: list[Outlook] = []
+
+    def outlook(self, study: optuna.Study) -> Outlook:
+        return Outlook({"x": 500 + len(self.queued)}, self.gain)
+
+    def queue_check(self, study: optuna.Study, outlook: Outlook) -> None:
+        self.queued.append(outlook)
+        study.enqueue_trial(outlook.params, user_attrs={record.GUIDED_BY: STOP_CHECK})
+
+
+def _flat_objective(trial: optuna.Trial) -> tuple[float, float]:
+    trial.suggest_int("x", 0, 1000)
+    trial.set_constraint("launch", 0.0)
+    return 100.0, 10.0
+
+
+def test_the_loop_stops_by_the_rule_says_so_and_records_it():
+    study = _study([])
+    events: list[tuple[str, dict[str, Any]]] = []
+    stopping = Stopping(RULE)
+    run_trials(
+        study, _flat_objective, 40, stopping=stopping, on_event=lambda k, d: events.append((k, d))
+    )
+    assert len(study.trials) == 6
+    assert events[-1][0] == "stopped"
+    assert events[-1][1]["message"].startswith("stopped after 6 of 40 trials: the last 4")
+    assert study.user_attrs[record.STUDY_STOPPED]["launched"] == 6
+
+
+def test_the_loop_measures_what_the_estimate_expects_a_gain_from_before_stopping():
+    study = _study([])
+    forecaster = _Forecaster(gain=0.3)
+    run_trials(study, _flat_objective, 40, stopping=Stopping(RULE, forecaster))
+    # Two checks (max_checks) are measured, then the rule stops: 6 + 2 trials.
+    assert len(study.trials) == 8
+    assert [t.params["x"] for t in study.trials[6:]] == [500, 501]
+    assert all(t.user_attrs[record.GUIDED_BY] == STOP_CHECK for t in study.trials[6:])
+
+
+def test_the_loop_runs_the_whole_budget_with_min_gain_0():
+    study = _study([])
+    run_trials(study, _flat_objective, 15, stopping=Stopping(StopRule(min_gain=0.0)))
+    assert len(study.trials) == 15 and record.STUDY_STOPPED not in study.user_attrs

@@ -1,0 +1,75 @@
+"""The stop rule end to end on the simulator: a study that stops by itself and says so, the
+same command that finds it done, `--min-gain 0` that runs the rest of the budget."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+from support.sim_spaces import small_space
+
+from tuner.optimize.command import run_optimize
+from tuner.results import record
+from tuner.results.storage import open_storage
+from tuner.study.budget import measured_count
+from tuner.study.options import StudyOptions
+from tuner.study.stopping import StopRule
+
+# The small space's optimum comes within the guide's first picks; a short window shows the stop
+# in a few trials instead of the default 12 + 8.
+QUICK = StopRule(min_trials=4, patience=2)
+
+
+def _launched(tmp_path: Path) -> int:
+    storage = open_storage(None, "small", tmp_path / "studies")
+    return measured_count(optuna.load_study(study_name="small", storage=storage).get_trials())
+
+
+def test_a_study_stops_by_the_rule_says_why_and_resumes_with_min_gain_0(tmp_path, capsys):
+    space = small_space(tmp_path)
+
+    def optimize(min_gain: float) -> str:
+        options = StudyOptions(
+            trials=8,
+            space_path=space,
+            studies_dir=tmp_path / "studies",
+            seed=0,
+            min_gain=min_gain,
+            stop_rule=QUICK,
+        )
+        assert run_optimize(options, workers=1, report=False) == 0
+        return " ".join(capsys.readouterr().out.split())
+
+    out = optimize(0.01)
+    stopped_at = _launched(tmp_path)
+    assert 4 <= stopped_at < 8
+    assert f"done after {stopped_at} of 8 trials: the last 2 launched trials moved the front" in out
+    assert f"Saved {8 - stopped_at} launches, ~" in out and "GPU hours (modelled)" in out
+    assert "the same command with --min-gain 0" in out
+
+    again = optimize(0.01)  # the same command: the evidence has not changed, nothing launched
+    assert _launched(tmp_path) == stopped_at
+    assert f"done after {stopped_at} of 8 trials" in again
+
+    rest = optimize(0.0)  # the rest of the budget, on the same study
+    assert _launched(tmp_path) == 8
+    assert "done after" not in rest
+    storage = open_storage(None, "small", tmp_path / "studies")
+    study = optuna.load_study(study_name="small", storage=storage)
+    assert study.user_attrs[record.STUDY_STOPPED]["launched"] == stopped_at  # stale now
+
+
+def test_a_min_gain_out_of_range_is_one_line_and_creates_nothing(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "tuner.cli", "optimize", "--min-gain", "1.5", "--trials", "1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "--min-gain 1.5: give a share from 0 (off: run every trial) to below 1" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "studies").exists()

@@ -1,0 +1,237 @@
+"""When a study is done before its budget: the front stopped moving, and no estimate says it will.
+
+    rule = StopRule(min_gain=0.01)                     # --min-gain 0.01; 0 turns it off
+    decision = decide(study.get_trials(), rule, outlook=guide_outlook)
+    if decision.stop:
+        print(decision.reason)
+
+`--trials N` stays the cap. Before that, the study stops when all of these hold:
+
+1. at least `min_trials` configurations were launched (sglang's defaults, the guide's warm
+   start and its first refitted picks come before; skips and repeats do not count, as for the
+   budget: tuner/study/budget.py);
+2. the last `patience` launched trials moved the front of SLO-feasible trials by at most
+   `min_gain`. How far a set of trials moved the front is the multiplicative epsilon indicator
+   of the front after them against the front before them: the largest factor by which a new
+   point beats every old one in at least one objective (+3% throughput at the same latency is
+   a move of 3%; a point the old front dominates is a move of 0). With `measure="throughput"`
+   or `"latency"` only that objective counts (the goals: tuner/study/goals.py);
+3. the estimate, refitted to every measured trial (tuner/study/guide.py), expects no untried
+   configuration to beat the best measured one by more than `min_gain`. The gain is the
+   estimate's score of its best untried configuration over its score of the best measured
+   configuration: the same model on both sides, so its bias cancels and what is left is the
+   difference it predicts. When it predicts more, the study measures that configuration
+   instead of stopping (the caller queues `Outlook.params`); after `max_checks` such
+   measurements in the window that moved nothing, the estimate is not believed any more.
+
+Optuna's terminator (`optuna.terminator`, after Makarova et al. 2022) stops when a GP's regret
+bound falls below the cross-validation noise. It reads single-objective COMPLETE trials only;
+this study has two objectives, SLO constraints, pruned and skipped trials, and an estimate that
+already models the space, so the rule above is built from those instead: the front's recent
+movement, and the refitted estimate's expected gain.
+
+Measurement noise sets how small `min_gain` may usefully be: a move within the run-to-run
+spread of one configuration is chance, and keeps a study going without buying anything. The
+study cannot measure that spread itself: identical configurations are not launched twice
+(tuner/trial/identical.py), and a trial's stage-to-stage rates mix noise with the workload's
+phases (one configuration on the deterministic simulator measured 427, 440 and 455 tok/s in
+its three later stages, with no noise at all). `noise` is therefore given, 0 by default: the
+threshold is `max(min_gain, 2 * noise)`, twice the noise because a move compares two noisy
+measurements.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.results import record
+from tuner.study.budget import counts
+
+Measure = Literal["front", "throughput", "latency"]
+_WHAT = {"front": "the front", "throughput": "the best throughput", "latency": "the best latency"}
+STOP_CHECK = "stop-check"  # `guided_by` of a trial queued because the estimate expected a gain
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When a study may stop before `--trials`; `min_gain` 0 turns the rule off."""
+
+    min_gain: float = 0.01  # a relative move of the front worth the rest of the budget
+    min_trials: int = 12  # launched trials before the rule may stop the study
+    patience: int = 8  # the window: launched trials that must have moved the front too little
+    max_checks: int = 2  # estimate-led trials in the window that moved nothing: stop believing it
+    measure: Measure = "front"
+    noise: float = 0.0  # relative run-to-run noise of one measurement, when known
+
+    @property
+    def enabled(self) -> bool:
+        return self.min_gain > 0
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """What the refitted estimate expects: its best untried configuration and the relative
+    throughput gain it predicts over the best measured one."""
+
+    params: dict[str, Any]
+    gain: float
+
+
+@dataclass(frozen=True)
+class StopDecision:
+    stop: bool
+    reason: str  # why it stops, or why not yet
+    launched: int  # configurations launched so far
+    moved: float | None = None  # how far the window moved the front (None: not judged yet)
+    noise: float = 0.0  # the relative measurement noise taken into account
+    outlook: Outlook | None = None  # set when the estimate expects a gain: measure it next
+    best_trial: int | None = None  # the best feasible trial by throughput
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def launched_trials(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """The trials that count against `--trials`, in the order they were asked."""
+    return sorted((t for t in trials if counts(t)), key=lambda t: t.number)
+
+
+def feasible_point(trial: FrozenTrial) -> tuple[float, float] | None:
+    """(throughput, latency) of a trial that served the whole benchmark within every SLO."""
+    if trial.state != TrialState.COMPLETE or not trial.values:
+        return None
+    if not record.feasible(trial.constraints):
+        return None
+    throughput, latency = float(trial.values[0]), float(trial.values[1])
+    if not (throughput > 0 and latency > 0):
+        return None
+    return throughput, latency
+
+
+def front_move(
+    before: Sequence[tuple[float, float]],
+    after: Sequence[tuple[float, float]],
+    measure: Measure = "front",
+) -> float:
+    """How far the points `after` moved the front of `before` (throughput up, latency down),
+    relative: 0.03 is 3%. Infinite when `before` is empty and `after` is not."""
+    if not after:
+        return 0.0
+    if not before:
+        return math.inf
+    if measure == "throughput":
+        return max(0.0, max(p[0] for p in after) / max(p[0] for p in before) - 1)
+    if measure == "latency":
+        return max(0.0, min(p[1] for p in before) / min(p[1] for p in after) - 1)
+    best = 0.0
+    for thr, lat in after:
+        # The smallest margin by which this point beats every old point in some objective.
+        beats = min(max(thr / o_thr - 1, o_lat / lat - 1) for o_thr, o_lat in before)
+        best = max(best, beats)
+    return best
+
+
+def decide(
+    trials: Sequence[FrozenTrial],
+    rule: StopRule,
+    outlook: Callable[[], Outlook | None] | None = None,
+) -> StopDecision:
+    """Stop now, or not yet and why. `outlook` is asked only when the measured trials alone say
+    stop (it refits and searches the estimate, about a second)."""
+    launched = launched_trials(trials)
+    n = len(launched)
+    points = [(t, feasible_point(t)) for t in launched]
+    feasible = [(t, p) for t, p in points if p is not None]
+    best_trial = max(feasible, key=lambda tp: tp[1][0])[0].number if feasible else None
+
+    def keep_going(reason: str, **kw: Any) -> StopDecision:
+        return StopDecision(False, reason, n, best_trial=best_trial, **kw)
+
+    if not rule.enabled:
+        return keep_going("the stop rule is off (--min-gain 0)")
+    if n < rule.min_trials:
+        return keep_going(f"{n} of at least {rule.min_trials} trials launched")
+    split = n - rule.patience
+    before = [p for t, p in points[:split] if p is not None]
+    window = [p for t, p in points[split:] if p is not None]
+    if not before:
+        return keep_going(
+            f"no trial within the SLOs before the last {rule.patience}: nothing to judge by"
+        )
+    noise = rule.noise
+    threshold = max(rule.min_gain, 2 * noise)
+    moved = front_move(before, window, rule.measure)
+    what = _WHAT[rule.measure]
+    if moved > threshold:
+        return keep_going(
+            f"the last {rule.patience} trials moved {what} by {moved:.1%}",
+            moved=moved,
+            noise=noise,
+        )
+    checks = [t for t in launched[split:] if t.user_attrs.get(record.GUIDED_BY) == STOP_CHECK]
+    if outlook is not None and len(checks) < rule.max_checks:
+        expected = outlook()
+        if expected is not None and expected.gain > rule.min_gain:
+            return keep_going(
+                f"the estimate expects {expected.gain:+.1%} from an untried configuration",
+                moved=moved,
+                noise=noise,
+                outlook=expected,
+            )
+    noise_note = f", noise {noise:.1%}" if 2 * noise > rule.min_gain else ""
+    model_note = (
+        f"; the estimate's last {len(checks)} expected gains did not come"
+        if len(checks) >= rule.max_checks
+        else "; the estimate expects no more"
+        if outlook is not None
+        else ""
+    )
+    return StopDecision(
+        True,
+        f"the last {rule.patience} launched trials moved {what} by {moved:.1%} "
+        f"(at most {threshold:.1%} asked{noise_note}){model_note}",
+        n,
+        moved=moved,
+        noise=noise,
+        best_trial=best_trial,
+    )
+
+
+class Forecaster(Protocol):
+    """What the stop rule asks of the guide (tuner/study/guide.py)."""
+
+    def outlook(self, study: optuna.Study) -> Outlook | None: ...
+
+    def queue_check(self, study: optuna.Study, outlook: Outlook) -> None: ...
+
+
+class Stopping:
+    """The rule as the study loop applies it before each new trial: stop, go on, or queue the
+    configuration the estimate expects a gain from. The decision that stopped the study is
+    written to the study (`record.STUDY_STOPPED`) so that every worker's summary reads it."""
+
+    def __init__(self, rule: StopRule, forecaster: Forecaster | None = None) -> None:
+        self.rule = rule
+        self.forecaster = forecaster
+        self.decision: StopDecision | None = None
+
+    def should_stop(self, study: optuna.Study) -> bool:
+        if not self.rule.enabled:
+            return False
+        forecaster = self.forecaster
+        outlook = None if forecaster is None else (lambda: forecaster.outlook(study))
+        decision = decide(study.get_trials(deepcopy=False), self.rule, outlook)
+        self.decision = decision
+        if decision.outlook is not None and forecaster is not None:
+            forecaster.queue_check(study, decision.outlook)
+            return False
+        if decision.stop:
+            study.set_user_attr(
+                record.STUDY_STOPPED,
+                {"launched": decision.launched, "reason": decision.reason},
+            )
+        return decision.stop
