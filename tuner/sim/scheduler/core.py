@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tuner.sim import tokens as tok
+from tuner.sim.adaptive import AdaptivePolicy
 from tuner.sim.clock import Clock, VirtualClock
 from tuner.sim.config import SimConfig
 from tuner.sim.memory import MemoryPlan
@@ -75,6 +76,7 @@ class DecodePlan:
     t0: float
     step: float  # modelled seconds per step
     start: float  # modelled time it was planned at (arrivals after it may cut it short)
+    steps: int | None = None  # draft steps adaptive speculation chose (None: as configured)
 
     def end(self) -> float:
         """Modelled time at which its ``k_end``-th step ends."""
@@ -137,7 +139,12 @@ class Scheduler:
         self.holds = Holds(clock, config.args.sim_hold_timeout, lambda: self.on_change())
         self.stats = SchedulerStats()
         self._mixed = config.args.enable_mixed_chunk and not perf.speculative
-        self._pmf = np.asarray(perf.accept_pmf())
+        self._pmfs: dict[int | None, np.ndarray] = {}
+        self.adaptive: AdaptivePolicy | None = None
+        spec = config.spec
+        if spec is not None and spec.adaptive is not None:
+            self.adaptive = AdaptivePolicy(spec.adaptive, spec.num_steps)
+        self._text_seed = config.args.sim_seed
         self.new_token_ratio = NEW_TOKEN_RATIO
         self.on_finish: Callable[[SimRequest], None] | None = None
         self.on_release: Callable[[SimRequest, int, float], None] | None = None
@@ -146,8 +153,14 @@ class Scheduler:
     # ------------------------------------------------------------ public
     # ------------------------------------------------------------ public
     def prepare(self, req: SimRequest) -> None:
+        """Work out what a new request needs before it is queued: its prefix-cache keys and,
+        with an acceptance spread, how easy its text is to draft (a draw fixed by the text,
+        so a served run and the oracle draw alike whatever the order of arrivals)."""
         if self.cache is not None:
             req.keys = block_keys(req.prompt, self.block)
+        if self.perf.speculative and self.perf.accept_spread > 0:
+            text = hash(tuple(req.prompt)) & 0xFFFFFFFF
+            req.accept_z = float(np.random.default_rng([self._text_seed, text]).standard_normal())
 
     def submit(self, req: SimRequest, after: str | None = None, at: float | None = None) -> None:
         """Queue a request. ``after``: the hold it claims (its arrival is the hold's time);
@@ -484,27 +497,58 @@ class Scheduler:
         written = written_states = 0
         if self.cache is not None:
             written, written_states = self.cache.take_io()
-        step = self.perf.step(b, context)
+        steps = None
+        if self.adaptive is not None:
+            steps = self.adaptive.steps_for(b, self.perf.capture_bs)
+        step = self.perf.step(b, context, steps)
         extra = self.perf.hicache_cost(0, written, written_states)
         remaining = np.fromiter(
             (r.target_len - r.generated for r in batch), dtype=np.int64, count=b
         )
-        max_per_step = len(self._pmf)
+        pmf = self._pmf(steps)
+        max_per_step = len(pmf)
         # do not run past the KV pool: each step adds up to max_per_step tokens per request
         free = self._free_tokens() + (self.cache.evictable_tokens if self.cache else 0)
         steps_cap = max(1, min(MAX_MACRO_STEPS, free // max(b * max_per_step, 1)))
         if free < b * max_per_step:
             self._retract_one()
             return None
-        if max_per_step > 1:
-            draws = self.rng.choice(max_per_step, size=(b, steps_cap), p=self._pmf) + 1
+        if self.adaptive is not None:
+            # the step count may change only where the policy decides: plan up to there
+            steps_cap = min(steps_cap, self.adaptive.batches_to_decision(b, self.perf.capture_bs))
+        if max_per_step > 1 and self.perf.accept_spread > 0:
+            draws = self._draws_by_text(batch, steps, steps_cap)
+        elif max_per_step > 1:
+            draws = self.rng.choice(max_per_step, size=(b, steps_cap), p=pmf) + 1
         else:
             draws = np.ones((b, steps_cap), dtype=np.int64)
         cum = np.cumsum(draws, axis=1)
         done = cum >= remaining[:, None]
         finish_step = np.where(done.any(axis=1), done.argmax(axis=1) + 1, steps_cap + 1)
         k_end = int(min(finish_step.min(), steps_cap))
-        return DecodePlan(batch, cum, remaining, finish_step, k_end, self.t + extra, step, self.t)
+        return DecodePlan(
+            batch, cum, remaining, finish_step, k_end, self.t + extra, step, self.t, steps
+        )
+
+    def _pmf(self, steps: int | None) -> np.ndarray:
+        pmf = self._pmfs.get(steps)
+        if pmf is None:
+            pmf = self._pmfs[steps] = np.asarray(self.perf.accept_pmf(steps))
+        return pmf
+
+    def _draws_by_text(self, batch: list[SimRequest], steps: int | None, count: int) -> np.ndarray:
+        """Tokens per verify step for each request and step, each from its own text's pmf
+        (inverse CDF, as ``Generator.choice`` samples a shared one)."""
+        rows = []
+        for req in batch:
+            pmf = req.accept_pmfs.get(steps)
+            if pmf is None:
+                pmf = req.accept_pmfs[steps] = self.perf.request_pmf(req.accept_z, steps)
+            rows.append(pmf)
+        cdf = np.cumsum(np.stack(rows), axis=1)
+        cdf /= cdf[:, -1:]
+        u = self.rng.random((len(batch), count))
+        return (cdf[:, None, :] <= u[:, :, None]).sum(axis=2) + 1
 
     def cut_for_arrivals(self, plan: DecodePlan, done: int = 0) -> None:
         """End the run of steps with the one in flight when a request arrives after it was
@@ -536,7 +580,9 @@ class Scheduler:
         self._ensure_free(total)
         self.stats.generation_tokens_total += total
         self.stats.record_gen(self.t, total)
-        spec = self.perf.speculative
+        spec = self.perf.speculative and plan.steps != 0
+        if self.adaptive is not None:
+            self._observe_acceptance(plan)
         still: list[SimRequest] = []
         for i, req in enumerate(batch):
             n = int(produced[i])
@@ -555,6 +601,17 @@ class Scheduler:
                     self.release_tokens(req, t_end)
         self.owned_tokens += total
         self.running = still
+
+    def _observe_acceptance(self, plan: DecodePlan) -> None:
+        """Feed adaptive speculation each step's mean accepted drafts over the requests that
+        were still decoding in it."""
+        assert self.adaptive is not None
+        draws = np.diff(plan.cum[:, : plan.k_end], axis=1, prepend=0)
+        means = []
+        for i in range(plan.k_end):
+            active = plan.finish_step > i
+            means.append(float((draws[active, i] - 1).mean()) if active.any() else 0.0)
+        self.adaptive.observe(len(plan.batch), self.perf.capture_bs, means)
 
     def _drop_aborted(self) -> None:
         if any(r.aborted for r in self.running):
