@@ -4,6 +4,8 @@ should, and strength 0 switches it off; all at strength 0 give the simulator wit
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -214,5 +216,22 @@ def test_overrides_file_errors_are_one_line(tmp_path):
         load_model(None, {"effects": {"acceptance": {"strength": -1}}})
     with pytest.raises(ProfileError, match="not found"):
         load_overrides(str(tmp_path / "missing.yaml"))
+    with pytest.raises(ProfileError, match="mtp: unknown keys"):
+        load_model(None, {"mtp": {"accept": 0.5}})
     # an override replaces a constant as well as a strength
     assert load_hardware(None, {"hbm_efficiency": 0.5}).hbm_efficiency == 0.5
+    mtp = load_model(None, {"mtp": {"acceptance": 0.8}}).mtp
+    assert mtp is not None and mtp.acceptance == 0.8
+
+
+def test_the_server_refuses_a_bad_overrides_file_in_one_line(tmp_path):
+    bad = tmp_path / "world.yaml"
+    bad.write_text("hardware: {effects: {kv_kernel: {strength: -2}}}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "tuner.sim", "--sim-profile-overrides", str(bad)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"error: {bad}: hardware: effects.kv_kernel.strength must be >= 0, got -2"
+    ]

@@ -199,15 +199,13 @@ def _resolve_adaptive(args: ServerArgs, name: str, warnings: list[str]) -> Adapt
 
 def resolve(args: ServerArgs) -> SimConfig:
     """Load the profiles named by the flags and resolve every auto value; raise on a bad combo."""
-    overrides = load_overrides(args.sim_profile_overrides)
-    hardware = load_hardware(args.sim_hardware, overrides.get("hardware"))
-    model_overrides = overrides.get("model")
-    if args.sim_model:
-        model = load_model(args.sim_model, model_overrides)
-    elif args.model_path and _is_hf_dir(args.model_path):
-        model = load_model(args.model_path, model_overrides)
-    else:
-        model = load_model(None, model_overrides)
+    path = args.sim_profile_overrides
+    overrides = load_overrides(path)
+    hardware = load_hardware(args.sim_hardware, overrides.get("hardware"), f"{path}: hardware")
+    model_name = args.sim_model
+    if not model_name and args.model_path and _is_hf_dir(args.model_path):
+        model_name = args.model_path
+    model = load_model(model_name, overrides.get("model"), f"{path}: model")
     return resolve_with(args, hardware, model)
 
 

@@ -185,9 +185,12 @@ def _build(cls: type, data: dict[str, Any], source: str) -> Any:
 
 
 def load_hardware(
-    name_or_path: str | None = None, overrides: dict[str, Any] | None = None
+    name_or_path: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    overrides_from: str | None = None,
 ) -> HardwareProfile:
-    """A shipped hardware profile by name or a YAML file; ``overrides``: its values to replace."""
+    """A shipped hardware profile by name or a YAML file; ``overrides``: its values to replace
+    (``overrides_from``: where they come from, for messages)."""
     source = name_or_path or DEFAULT_HARDWARE
     data = _read_yaml("hardware", source)
     try:
@@ -200,7 +203,9 @@ def load_hardware(
     }
     numeric["effects"] = effects
     profile = _build(HardwareProfile, numeric, source)
-    return apply_overrides(profile, overrides, f"{source} (overrides)") if overrides else profile
+    if not overrides:
+        return profile
+    return apply_overrides(profile, overrides, overrides_from or f"{source} (overrides)")
 
 
 def _model_from_dict(data: dict[str, Any], source: str) -> ModelProfile:
@@ -233,16 +238,20 @@ def _model_from_dict(data: dict[str, Any], source: str) -> ModelProfile:
 
 
 def load_model(
-    name_or_path: str | None = None, overrides: dict[str, Any] | None = None
+    name_or_path: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    overrides_from: str | None = None,
 ) -> ModelProfile:
     """A shipped profile by name, a profile YAML file, or a directory holding a config.json;
-    ``overrides``: its values to replace."""
+    ``overrides``: its values to replace (``overrides_from``: where they come from)."""
     source = name_or_path or DEFAULT_MODEL
     if (Path(source) / "config.json").is_file():
         profile = model_from_hf_config(source)
     else:
         profile = _model_from_dict(_read_yaml("model", source), source)
-    return apply_overrides(profile, overrides, f"{source} (overrides)") if overrides else profile
+    if not overrides:
+        return profile
+    return apply_overrides(profile, overrides, overrides_from or f"{source} (overrides)")
 
 
 def load_overrides(path: str | None) -> dict[str, dict[str, Any]]:
@@ -291,7 +300,13 @@ def apply_overrides(profile: Any, overrides: dict[str, Any], source: str) -> Any
             except EffectError as exc:
                 raise ProfileError(str(exc)) from exc
         elif key == "mtp" and isinstance(value, dict) and current is not None:
-            changes[key] = dataclasses.replace(current, **value)
+            names = {f.name for f in fields(current)}
+            if not set(value) <= names:
+                bad = sorted(set(value) - names)
+                raise ProfileError(f"{source}: mtp: unknown keys {bad}; allowed: {sorted(names)}")
+            changes[key] = dataclasses.replace(
+                current, **{k: type(getattr(current, k))(v) for k, v in value.items()}
+            )
         elif key == "draft_acceptance" and isinstance(value, dict):
             changes[key] = {**current, **{str(k).upper(): float(v) for k, v in value.items()}}
         elif isinstance(current, bool) or not isinstance(current, int | float):
@@ -321,7 +336,9 @@ def describe(
     overrides: str | None = None,
 ) -> dict[str, Any]:
     """The simulated GPU and where its model's config.json is (``--sim-describe``)."""
-    hw = load_hardware(hardware, load_overrides(overrides).get("hardware"))
+    hw = load_hardware(
+        hardware, load_overrides(overrides).get("hardware"), f"{overrides}: hardware"
+    )
     if model:
         config_dir = model_config_dir(model)
         load_model(model)  # a bad name fails here, with the names that exist
