@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -62,6 +63,20 @@ def state_interval(config: SimConfig) -> int | None:
 def slots_per_running(config: SimConfig) -> int:
     """Mamba slots a running request occupies itself (working state, plus a tracking one)."""
     return 2 if config.mamba_strategy in ("extra_buffer", "extra_buffer_lazy") else 1
+
+
+_NORMAL = NormalDist()
+
+
+def text_draw(prompt: list[int], keys: list[int], seed: int) -> float:
+    """A standard normal draw fixed by the prompt's text (and the server's seed): the chained
+    block hashes the prefix cache computed anyway, the prompt's length and its last tokens."""
+    head = keys[-1] if keys else hash(tuple(prompt))
+    mixed = hash((seed, head, len(prompt), tuple(prompt[-8:]))) & 0xFFFFFFFFFFFF
+    # splitmix-style scrambling, so neighbouring hashes land far apart
+    mixed = (mixed * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & 0xFFFFFFFFFFFFFFFF
+    mixed ^= mixed >> 31
+    return _NORMAL.inv_cdf(((mixed >> 11) + 0.5) / 2**53)
 
 
 @dataclass
@@ -159,8 +174,7 @@ class Scheduler:
         if self.cache is not None:
             req.keys = block_keys(req.prompt, self.block)
         if self.perf.speculative and self.perf.accept_spread > 0:
-            text = hash(tuple(req.prompt)) & 0xFFFFFFFF
-            req.accept_z = float(np.random.default_rng([self._text_seed, text]).standard_normal())
+            req.accept_z = text_draw(req.prompt, req.keys, self._text_seed)
 
     def submit(self, req: SimRequest, after: str | None = None, at: float | None = None) -> None:
         """Queue a request. ``after``: the hold it claims (its arrival is the hold's time);
