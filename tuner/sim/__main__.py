@@ -31,7 +31,16 @@ def main(argv: list[str] | None = None) -> int:
         # What nvml and the model directory tell about a real GPU and checkpoint: the tuner's
         # pre-launch memory check reads the simulated ones through this.
         try:
-            print(json.dumps(describe(args.sim_hardware, args.sim_model, args.model_path)))
+            print(
+                json.dumps(
+                    describe(
+                        args.sim_hardware,
+                        args.sim_model,
+                        args.model_path,
+                        args.sim_profile_overrides,
+                    )
+                )
+            )
         except ProfileError as exc:
             sys.stderr.write(f"error: {exc}\n")
             return 2

@@ -69,6 +69,8 @@ class ServerArgs:
     speculative_num_steps: int | None = None
     speculative_eagle_topk: int | None = None
     speculative_num_draft_tokens: int | None = None
+    speculative_adaptive: bool = False  # 0.5.23
+    speculative_adaptive_config: str | None = None  # 0.5.23
     enable_hierarchical_cache: bool = False
     hicache_ratio: float = 2.0
     hicache_size: int = 0
@@ -104,6 +106,7 @@ class ServerArgs:
     sim_sglang_version: str | None = None
     sim_stream_flush_ms: float = 20.0
     sim_hold_timeout: float = 5.0
+    sim_profile_overrides: str | None = None
     sim_fault_crash_after: int | None = None
     sim_fault_never_ready: bool = False
     sim_fault_error_rate: float = 0.0
@@ -197,6 +200,9 @@ def build_parser(generation: str = "both") -> argparse.ArgumentParser:
     a("--speculative-num-steps", type=int)
     a("--speculative-eagle-topk", type=int)
     a("--speculative-num-draft-tokens", type=int)
+    if generation in ("new", "both"):
+        a("--speculative-adaptive", action="store_true")
+        a("--speculative-adaptive-config", type=str)
     a(
         "--enable-hierarchical-cache",
         "--enable-hicache",
@@ -269,6 +275,12 @@ def build_parser(generation: str = "both") -> argparse.ArgumentParser:
         type=_positive_float,
         default=5.0,
         help="wall seconds modelled time waits at a hold for a closed-loop client's next request",
+    )
+    s(
+        "--sim-profile-overrides",
+        type=str,
+        help="YAML file of profile values to override ({hardware: {...}, model: {...}}), "
+        "e.g. effect strengths (docs/sim-effects.md)",
     )
     s("--sim-fault-crash-after", type=int, help="exit abruptly once N requests were accepted")
     s("--sim-fault-never-ready", action="store_true", help="never report healthy")
@@ -345,6 +357,9 @@ def parse_args(argv: list[str]) -> ServerArgs:
         ns["mamba_radix_cache_strategy"] = "auto"
     known_fields = {f.name for f in fields(ServerArgs)}
     kwargs: dict[str, Any] = {k: v for k, v in ns.items() if k in known_fields}
+    if old and kwargs.get("speculative_adaptive"):
+        # a release that knows the old flag names has no adaptive speculation (0.5.23 has)
+        parser.error("unrecognized arguments: --speculative-adaptive")
     if not 0.0 <= kwargs.get("sim_fault_error_rate", 0.0) <= 1.0:
         parser.error("argument --sim-fault-error-rate: must be within [0, 1]")
     return ServerArgs(**kwargs, old_flag_names=old, argv=list(argv))

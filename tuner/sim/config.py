@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuner.sim.adaptive import AdaptiveConfig, AdaptiveConfigError, load_config
 from tuner.sim.args import ServerArgs, version_tuple
 from tuner.sim.failures import rule
 from tuner.sim.profiles import (
@@ -18,7 +19,7 @@ from tuner.sim.profiles import (
     ModelProfile,
     load_hardware,
     load_model,
-    model_from_hf_config,
+    load_overrides,
 )
 
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
@@ -36,6 +37,7 @@ class SpecConfig:
     topk: int
     num_draft_tokens: int
     uses_mtp_head: bool
+    adaptive: AdaptiveConfig | None = None  # --speculative-adaptive, when sglang keeps it on
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,20 @@ def _resolve_spec(args: ServerArgs, model: ModelProfile) -> tuple[SpecConfig | N
         args.speculative_eagle_topk,
         args.speculative_num_draft_tokens,
     )
+    adaptive = _resolve_adaptive(args, name, warnings)
+    if adaptive is not None:
+        # arg_groups/speculative_hook.py (0.5.23) 1395-1427: topk 1, the middle candidate
+        # when steps are unset, draft tokens = steps + 1
+        topk = 1 if topk is None else topk
+        candidates = adaptive.candidate_steps
+        if steps is None:
+            steps = candidates[len(candidates) // 2]
+        if steps not in candidates:
+            raise rule(
+                f"--speculative-num-steps={steps} is not in the adaptive config "
+                f"candidate_steps {candidates}. Pass one of those values."
+            )
+        draft = steps + 1
     if steps is None and topk is None and draft is None:
         steps, topk, draft = 3, 1, 4
     elif steps is None:
@@ -156,18 +172,40 @@ def _resolve_spec(args: ServerArgs, model: ModelProfile) -> tuple[SpecConfig | N
     resolved = "EAGLE" if name == "NEXTN" else name
     if name == "NEXTN":
         warnings.append("NEXTN is resolved to EAGLE (the model's MTP layers are the draft model)")
-    return SpecConfig(resolved, args.speculative_algorithm, steps, topk, draft, uses_mtp), warnings
+    spec = SpecConfig(resolved, args.speculative_algorithm, steps, topk, draft, uses_mtp, adaptive)
+    return spec, warnings
+
+
+def _resolve_adaptive(args: ServerArgs, name: str, warnings: list[str]) -> AdaptiveConfig | None:
+    """The adaptive tiers when --speculative-adaptive stays on (0.5.23
+    ``speculative/adaptive_spec_params.py`` ``adaptive_unsupported_reason``), else None."""
+    if not args.speculative_adaptive:
+        return None
+    reason = None
+    if name not in ("EAGLE", "EAGLE3", "NEXTN"):  # NEXTN is EAGLE by then
+        reason = f"speculative_algorithm={name} (only EAGLE/EAGLE3 are supported)"
+    elif args.speculative_eagle_topk is not None and args.speculative_eagle_topk != 1:
+        reason = f"speculative_eagle_topk={args.speculative_eagle_topk} (only topk=1 is supported)"
+    if reason is not None:
+        warnings.append(
+            f"speculative_adaptive disabled: {reason}. Falling back to static speculative params."
+        )
+        return None
+    try:
+        return load_config(args.speculative_adaptive_config)
+    except AdaptiveConfigError as exc:
+        raise rule(str(exc)) from exc
 
 
 def resolve(args: ServerArgs) -> SimConfig:
     """Load the profiles named by the flags and resolve every auto value; raise on a bad combo."""
-    hardware = load_hardware(args.sim_hardware)
-    if args.sim_model:
-        model = load_model(args.sim_model)
-    elif args.model_path and _is_hf_dir(args.model_path):
-        model = model_from_hf_config(args.model_path)
-    else:
-        model = load_model(None)
+    path = args.sim_profile_overrides
+    overrides = load_overrides(path)
+    hardware = load_hardware(args.sim_hardware, overrides.get("hardware"), f"{path}: hardware")
+    model_name = args.sim_model
+    if not model_name and args.model_path and _is_hf_dir(args.model_path):
+        model_name = args.model_path
+    model = load_model(model_name, overrides.get("model"), f"{path}: model")
     return resolve_with(args, hardware, model)
 
 

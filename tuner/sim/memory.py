@@ -86,6 +86,28 @@ class MemoryPlan:
         return asdict(self)
 
 
+def capture_sizes(max_bs: int, speculative: bool, pool: int) -> tuple[int, ...]:
+    """The decode batch sizes sglang captures CUDA graphs for (0.5.23
+    ``arg_groups/cuda_graph_hook.py`` lines 500-531), clamped to the request pool
+    (``model_executor/runner/base_cuda_graph_runner.py`` lines 92-102: a pool smaller than the
+    largest size is captured itself). Empty when CUDA graphs are off."""
+    if max_bs <= 0:
+        return ()
+    if speculative:
+        sizes = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8)]
+        sizes += list(range(272, max_bs + 1, 16))
+    else:
+        sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16)]
+        sizes += list(range(512, max_bs + 1, 32))
+    sizes = [b for b in sizes if b <= max_bs]
+    if max_bs not in sizes:
+        sizes.append(max_bs)
+    pool = max(pool, 1)
+    if max(sizes) > pool:
+        sizes.append(pool)
+    return tuple(sorted({b for b in sizes if b <= pool}))
+
+
 def mamba_slot_ratio(config: SimConfig) -> int:
     """State slots each running request accounts for (the rest hold the prefix cache's states)."""
     if not config.radix_cache:
@@ -143,6 +165,37 @@ def _mamba_pool(
     if slots <= 0:
         raise mamba_state_too_small(slots, (rest_bytes - reserve) / GIB, per_req)
     return slots, reserve, (slots + 1) * per_req
+
+
+def _graph_gib(config: SimConfig, max_running: int) -> float:
+    """Decode CUDA-graph memory: buffers per batch size up to ``--cuda-graph-max-bs``, plus a
+    fixed cost per captured graph (``effects.GraphMemory``). With speculation the draft and
+    verify graphs add a quarter per draft step. Adaptive speculation captures a set of graphs
+    per candidate step count (sglang's ``AdaptiveController.init_states``), each for the batch
+    sizes whose tier can choose that count: the initial count's set as static speculation does,
+    every other set with buffers up to the largest size it captures."""
+    model, spec = config.model, config.spec
+    graph_bs = config.cuda_graph_max_bs_decode
+    if graph_bs <= 0:
+        return 0.0
+    fixed = model.effects.graph_memory.bytes_per_graph * model.effects.graph_memory.strength
+    sizes = capture_sizes(graph_bs, spec is not None, max_running)
+
+    def one_set(steps: int, buffer_bs: int, graphs: int) -> float:
+        factor = 1.0 + 0.25 * steps if spec is not None and steps > 0 else 1.0
+        per_graph = fixed * (2 if spec is not None and steps > 0 else 1)
+        return buffer_bs * model.cuda_graph_bytes_per_bs * factor + per_graph * graphs
+
+    if spec is None:
+        return one_set(0, graph_bs, len(sizes)) / GIB
+    if spec.adaptive is None:
+        return one_set(spec.num_steps, graph_bs, len(sizes)) / GIB
+    total = one_set(spec.num_steps, graph_bs, len(sizes))
+    for steps in spec.adaptive.candidate_steps:
+        reach = [b for b in sizes if steps in spec.adaptive.tier_for(b).candidate_steps]
+        if reach and steps != spec.num_steps:
+            total += one_set(steps, max(reach), len(reach))
+    return total / GIB
 
 
 def _page_floor(tokens: float, page: int) -> int:
@@ -227,9 +280,7 @@ def plan_memory(config: SimConfig) -> MemoryPlan:
     pools = weights + draft + kv_used_gib + state_gib + inter_ssm + inter_conv
     free = total - hw.runtime_overhead_gib - pools
     graph_bs = config.cuda_graph_max_bs_decode
-    graph_gib = graph_bs * model.cuda_graph_bytes_per_bs / GIB
-    if spec is not None:
-        graph_gib *= 1.0 + 0.25 * spec.num_steps  # draft and verify graphs
+    graph_gib = _graph_gib(config, max_running)
     graph_gib += config.cuda_graph_max_bs_prefill * model.cuda_graph_bytes_per_bs * 4 / GIB
     chunk = (
         config.chunked_prefill_size

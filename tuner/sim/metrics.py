@@ -121,23 +121,23 @@ class Metrics:
             "sglang:num_used_tokens": s.used_tokens,
             "sglang:token_usage": round(s.token_usage(), 6),
             "sglang:cache_hit_rate": round(s.cache_hit_rate(), 6),
-            "sglang:gen_throughput": round(s.last_gen_throughput, 3),
+            "sglang:gen_throughput": round(s.stats.last_gen_throughput, 3),
             "sglang:spec_accept_length": round(s.avg_accept_length() or 0.0, 4),
             "sglang:mamba_usage": round(s.mamba_usage(), 6),
             "sglang:hicache_host_used_tokens": s.cache.host_tokens if s.cache else 0,
         }
         counters = {
-            "sglang:prompt_tokens_total": s.prompt_tokens_total,
-            "sglang:generation_tokens_total": s.generation_tokens_total,
-            "sglang:cached_tokens_total": s.cached_tokens_total,
-            "sglang:num_requests_total": s.finished_total,
+            "sglang:prompt_tokens_total": s.stats.prompt_tokens_total,
+            "sglang:generation_tokens_total": s.stats.generation_tokens_total,
+            "sglang:cached_tokens_total": s.stats.cached_tokens_total,
+            "sglang:num_requests_total": s.stats.finished_total,
             # simulator-only: how far the host fell behind (modelled time ran slower than
             # K x wall), waits for closed-loop clients, and requests that came late
             "sim:behind_wall_seconds_total": s.clock.behind_wall_s,
-            "sim:hold_wait_seconds_total": s.hold_wait_s,
-            "sim:hold_timeouts_total": s.hold_timeouts,
-            "sim:late_requests_total": s.late_requests,
-            "sim:late_seconds_total": s.late_s,
+            "sim:hold_wait_seconds_total": s.holds.wait_s,
+            "sim:hold_timeouts_total": s.holds.timeouts,
+            "sim:late_requests_total": s.stats.late_requests,
+            "sim:late_seconds_total": s.stats.late_s,
         }
         lines: list[str] = []
         for name, value in gauges.items():

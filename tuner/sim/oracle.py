@@ -1,8 +1,8 @@
 """The oracle: what the simulator serves for a configuration and a workload, without serving.
 
 A headless run of the server's own scheduler (the same memory plan, performance model, prefix
-cache and HiCache model: ``tuner.sim.scheduler.Scheduler``) on a virtual clock: no HTTP, no
-sleeping. It is driven the way ``tuner bench`` drives a server: the prompts come from the
+cache and HiCache model: ``tuner.sim.scheduler`` with its headless driver) on a virtual clock: no
+HTTP, no sleeping. It is driven the way ``tuner bench`` drives a server: the prompts come from the
 benchmark's own workload generator (pass a ``tuner.bench.WorkloadSpec``: anything with
 ``make_conversations()``, ``make_warmup(n)`` and ``seed``), requests are dispatched like its
 runner does (a closed loop of C clients, each carrying its conversation to the end before it
@@ -42,7 +42,7 @@ from tuner.sim.oracle_summary import OracleRecord, bench_summary
 from tuner.sim.perf import build_perf_model
 from tuner.sim.profiles import ProfileError
 from tuner.sim.request import SimRequest
-from tuner.sim.scheduler import Scheduler
+from tuner.sim.scheduler import HeadlessDriver, Scheduler
 
 WORKLOAD_KINDS = ("random", "shared-prefix", "multi-turn")
 # Open loop: requests in flight at most (the bench client's limit against the simulator).
@@ -191,7 +191,7 @@ def predict(
     if isinstance(started, OracleResult):
         return started
     config, memory = started
-    driver = Headless(config, memory, ignore_eos=ignore_eos)
+    driver = HeadlessServer(config, memory, ignore_eos=ignore_eos)
     warmup_s = 0.0
     if warmup_requests:
         # as the bench runner: shaped like the first turns, another seed, all at once
@@ -216,7 +216,7 @@ def predict(
     )
 
 
-class Headless:
+class HeadlessServer:
     """The server's scheduler driven by a benchmark client's dispatch rules, on a virtual clock.
 
     One instance is one server: runs one after the other share its prefix cache and its
@@ -229,9 +229,8 @@ class Headless:
         self.clock = VirtualClock()
         perf = build_perf_model(config, memory)
         args = config.args
-        self.scheduler = Scheduler(
-            config, memory, perf, self.clock, args.sim_seed, args.sim_stream_flush_ms
-        )
+        self.scheduler = Scheduler(config, memory, perf, self.clock, args.sim_seed)
+        self.driver = HeadlessDriver(self.scheduler)
         self.scheduler.on_finish = self._finished
         self.ignore_eos = ignore_eos
         self._rng = np.random.default_rng(args.sim_seed + 1)  # the server's, for EOS lengths
@@ -271,8 +270,7 @@ class Headless:
         )
         self._run = run
         self._pump(t0)
-        while sched.run_round():
-            pass
+        self.driver.run_until_idle()
         self._run = None
         if len(run.records) < total:
             raise RuntimeError(

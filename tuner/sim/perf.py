@@ -10,16 +10,31 @@
   target forward; a chain of drafts is accepted token by token with probability ``acceptance``.
 - HiCache: prefix hits found in host memory are loaded over PCIe before their prefill; writes to
   host share PCIe and slow the forward passes a little, by write policy.
+- Effects of real sglang (``tuner.sim.effects``, each with a strength in the profiles): CUDA-graph
+  padding to the captured batch sizes, GEMM efficiency by shape, KV and state kernel
+  efficiency, the scheduler's CPU time per round, HiCache transfer efficiency by I/O backend and
+  page size, acceptance by draft position with a per-request spread. At strength 0 each
+  computes what the model computed without it.
 
 Pure functions of the configuration, so the scheduler and the oracle agree by construction.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
+import numpy as np
+
 from tuner.sim.config import SimConfig
-from tuner.sim.memory import MemoryPlan
+from tuner.sim.effects import (
+    GemmEfficiency,
+    HicacheTransfer,
+    SchedulerCpu,
+    anchored_first,
+    request_pmf,
+)
+from tuner.sim.memory import MemoryPlan, capture_sizes
 
 # Fraction of the smaller of memory / compute time that does not overlap with the larger.
 OVERLAP_RESIDUE = 0.3
@@ -29,7 +44,6 @@ DRAFT_MODEL_ACCEPTANCE = {"EAGLE": 0.75, "EAGLE3": 0.78, "STANDALONE": 0.7, "NGR
 HICACHE_LOAD_EXPOSED = 0.7
 # Share of host writes' PCIe time that slows the forward passes (separate CUDA stream).
 HICACHE_WRITE_EXPOSED = {"write_through": 0.15, "write_back": 0.1, "write_through_selective": 0.1}
-IO_BACKEND_FACTOR = {"kernel": 1.0, "direct": 1.25}
 MEM_LAYOUT_FACTOR = {
     "layer_first": 1.1,
     "page_first": 1.0,
@@ -66,63 +80,120 @@ class PerfModel:
     hicache_load_factor: float
     hicache_write_exposed: float
     prefix_state_bytes: float  # recurrent state loaded with a host prefix hit
+    # effects (tuner.sim.effects): all off gives the model without them
+    capture_bs: tuple[int, ...]  # CUDA-graph batch sizes captured (empty: no graphs)
+    padding_strength: float
+    gemm: GemmEfficiency
+    kv_efficiency: float  # share of the weights' bandwidth the KV reads reach
+    state_efficiency: float  # and the recurrent-state reads
+    scheduler_cpu: SchedulerCpu
+    overlap: bool
+    hicache_transfer: HicacheTransfer
+    hicache_io_backend: str
+    page_size: int
+    accept_first: float  # acceptance of the first draft position (anchored, see effects)
+    accept_decay: float
+    accept_spread: float
 
     @property
     def speculative(self) -> bool:
         return self.spec_draft_tokens > 0
 
-    def _forward(self, tokens: int, requests: int, bytes_read: float, flops: float) -> float:
+    def padded(self, batch: int) -> float:
+        """Rows a batch of ``batch`` requests costs in the GEMMs: padded to the next captured
+        CUDA-graph size (by the padding strength); eager batches are not padded."""
+        if not self.capture_bs or not 0 < batch <= self.graph_max_bs or not self.padding_strength:
+            return float(batch)
+        i = bisect.bisect_left(self.capture_bs, batch)
+        size = self.capture_bs[i] if i < len(self.capture_bs) else batch
+        return batch + (size - batch) * self.padding_strength
+
+    def _token_flops(self, rows: float, flops_per_row: float) -> float:
+        """Dense FLOPs of ``rows`` rows, inflated where the shape keeps GEMMs inefficient."""
+        return rows * flops_per_row / self.gemm.share(rows)
+
+    def _forward(
+        self,
+        tokens: int,
+        requests: int,
+        bytes_read: float,
+        flops: float,
+        prefill: bool = False,
+        ideal_flops: float | None = None,
+    ) -> float:
+        """``flops``: as the kernels run them (padding, shape); ``ideal_flops``: the work
+        itself, which is what overlaps with the memory traffic (default: ``flops``)."""
         mem = bytes_read / self.bandwidth
         comp = flops / self.flops
+        ideal = comp if ideal_flops is None else ideal_flops / self.flops
         graph = 0 < requests <= self.graph_max_bs
         fixed = self.graph_overhead if graph else self.eager_overhead
         return (
             max(mem, comp)
-            + OVERLAP_RESIDUE * min(mem, comp)
+            + OVERLAP_RESIDUE * min(mem, ideal)
             + fixed
             + requests * self.per_request
             + self.sched_overhead
+            + self.scheduler_cpu.exposed_s(requests, self.overlap, prefill)
+        )
+
+    def _per_request_bytes(self, batch: int, context_tokens: int) -> float:
+        """State and KV bytes a decode forward reads, at the bandwidth their kernels reach."""
+        return (
+            batch * self.state_rw_bytes / self.state_efficiency
+            + context_tokens * self.kv_bytes_per_token / self.kv_efficiency
         )
 
     def decode_step(self, batch: int, context_tokens: int) -> float:
         """One plain decode step for ``batch`` requests holding ``context_tokens`` in total."""
         bytes_read = (
             self.decode_weight_bytes
-            + batch * self.state_rw_bytes
-            + context_tokens * self.kv_bytes_per_token
+            + batch * self.state_rw_bytes / self.state_efficiency
+            + context_tokens * self.kv_bytes_per_token / self.kv_efficiency
         )
-        flops = batch * self.flops_per_token + self.attn_flops_coeff * context_tokens
-        return self._forward(batch, batch, bytes_read, flops)
+        attn = self.attn_flops_coeff * context_tokens
+        flops = self._token_flops(self.padded(batch), self.flops_per_token) + attn
+        ideal = batch * self.flops_per_token + attn
+        return self._forward(batch, batch, bytes_read, flops, ideal_flops=ideal)
 
-    def spec_iteration(self, batch: int, context_tokens: int) -> float:
-        """Draft + verify for ``batch`` requests: one speculative decoding iteration."""
-        d = self.spec_draft_tokens
+    def spec_iteration(self, batch: int, context_tokens: int, steps: int | None = None) -> float:
+        """Draft + verify for ``batch`` requests: one speculative decoding iteration
+        (``steps``: draft steps of a chain, for adaptive speculation; the configured ones else)."""
+        if steps is None:
+            n_steps, d = self.spec_steps, self.spec_draft_tokens
+        else:
+            n_steps, d = steps, steps + 1
         verify_bytes = (
             self.decode_weight_bytes
-            + batch * self.state_rw_bytes
-            + batch * d * self.intermediate_bytes_per_token
-            + context_tokens * self.kv_bytes_per_token
+            + batch * self.state_rw_bytes / self.state_efficiency
+            + batch * d * self.intermediate_bytes_per_token / self.state_efficiency
+            + context_tokens * self.kv_bytes_per_token / self.kv_efficiency
         )
-        verify_flops = batch * d * self.flops_per_token + self.attn_flops_coeff * context_tokens * d
-        verify = self._forward(batch * d, batch, verify_bytes, verify_flops)
+        rows = self.padded(batch)
+        attn = self.attn_flops_coeff * context_tokens * d
+        verify_flops = self._token_flops(rows * d, self.flops_per_token) + attn
+        ideal = batch * d * self.flops_per_token + attn
+        verify = self._forward(batch * d, batch, verify_bytes, verify_flops, ideal_flops=ideal)
         draft_one = (
             self.draft_step_bytes / self.bandwidth
-            + batch * self.spec_topk * self.draft_flops_per_token / self.flops
+            + self._token_flops(rows * self.spec_topk, self.draft_flops_per_token) / self.flops
             + self.graph_overhead * 0.5
         )
-        return verify + (self.spec_steps + 1) * draft_one + batch * self.spec_per_request
+        return verify + (n_steps + 1) * draft_one + batch * self.spec_per_request
 
     def mixed_decode_extra(self, batch: int, context_tokens: int) -> float:
         """What ``batch`` decoding requests add to a prefill batch they ride in (mixed chunk):
         their KV and state traffic and their FLOPs; the weights are read once anyway."""
-        bytes_read = batch * self.state_rw_bytes + context_tokens * self.kv_bytes_per_token
+        bytes_read = self._per_request_bytes(batch, context_tokens)
         flops = batch * self.flops_per_token + self.attn_flops_coeff * context_tokens
         return bytes_read / self.bandwidth + flops / self.flops + batch * self.per_request
 
-    def step(self, batch: int, context_tokens: int) -> float:
-        if self.speculative:
-            return self.spec_iteration(batch, context_tokens)
-        return self.decode_step(batch, context_tokens)
+    def step(self, batch: int, context_tokens: int, steps: int | None = None) -> float:
+        """One decode round's step: a speculative iteration (of ``steps`` draft steps when
+        adaptive speculation chose them; 0 is a plain step) or a plain decode step."""
+        if steps == 0 or not self.speculative:
+            return self.decode_step(batch, context_tokens)
+        return self.spec_iteration(batch, context_tokens, steps)
 
     def prefill(
         self,
@@ -142,11 +213,14 @@ class PerfModel:
             + new_tokens * self.kv_bytes_per_token
             + requests * self.state_rw_bytes
         )
-        flops = new_tokens * self.flops_per_token + self.attn_flops_coeff * attn_pairs
+        flops = (
+            self._token_flops(new_tokens, self.flops_per_token) + self.attn_flops_coeff * attn_pairs
+        )
         if self.speculative:
-            flops += new_tokens * self.draft_flops_per_token
+            flops += self._token_flops(new_tokens, self.draft_flops_per_token)
             bytes_read += self.draft_step_bytes
-        t = self._forward(new_tokens, 0, bytes_read, flops) + requests * self.per_request
+        t = self._forward(new_tokens, 0, bytes_read, flops, prefill=True)
+        t += requests * self.per_request
         return t + self.hicache_cost(host_loaded_tokens, host_written_tokens, host_loaded_states)
 
     def hicache_cost(
@@ -158,17 +232,36 @@ class PerfModel:
             * self.hicache_load_factor
         )
         write = written_tokens * self.kv_bytes_per_token / self.pcie * self.hicache_write_exposed
+        if write:
+            # the write path moves pages through the same backend as the loads
+            old = 1.0 if self.hicache_io_backend == "kernel" else 1.25
+            write *= self.hicache_transfer.slowdown(self.hicache_io_backend, self.page_size) / old
         return HICACHE_LOAD_EXPOSED * load + write
 
-    def accept_pmf(self) -> list[float]:
-        """P(tokens produced by one iteration = i + 1), i = 0 .. accepted drafts."""
-        if not self.speculative:
+    def depth(self, steps: int | None = None) -> int:
+        """Drafts a verify step can accept (a chain of ``steps``; the configured tree else)."""
+        if steps is not None:
+            return steps
+        return min(self.spec_steps, self.spec_draft_tokens - 1) if self.speculative else 0
+
+    def accept_pmf(self, steps: int | None = None) -> list[float]:
+        """P(tokens produced by one iteration = i + 1), i = 0 .. accepted drafts, for a request
+        of the median text (spread draw 0)."""
+        if not self.speculative or steps == 0:
             return [1.0]
-        depth = min(self.spec_steps, self.spec_draft_tokens - 1)
-        alpha = self.spec_acceptance
-        pmf = [alpha**j * (1.0 - alpha) for j in range(depth)]
-        pmf.append(alpha**depth)
-        return pmf
+        depth = self.depth(steps)
+        if self.accept_decay == 1.0 and self.accept_spread == 0.0:
+            alpha = self.spec_acceptance
+            pmf = [alpha**j * (1.0 - alpha) for j in range(depth)]
+            pmf.append(alpha**depth)
+            return pmf
+        return request_pmf(self.accept_first, self.accept_decay, 0.0, 0.0, depth).tolist()
+
+    def request_pmf(self, z: float, steps: int | None = None) -> np.ndarray:
+        """The accept-length pmf of a request whose text draws ``z`` (per-request spread)."""
+        return request_pmf(
+            self.accept_first, self.accept_decay, self.accept_spread, z, self.depth(steps)
+        )
 
 
 def effective_acceptance(config: SimConfig) -> float:
@@ -179,7 +272,8 @@ def effective_acceptance(config: SimConfig) -> float:
     if spec.uses_mtp_head and config.model.mtp is not None:
         alpha = config.model.mtp.acceptance
     else:
-        alpha = DRAFT_MODEL_ACCEPTANCE.get(spec.algorithm, 0.7)
+        fallback = DRAFT_MODEL_ACCEPTANCE.get(spec.algorithm, 0.7)
+        alpha = config.model.draft_acceptance.get(spec.algorithm, fallback)
     if spec.topk > 1:
         branches = max(1.0, min(float(spec.topk), (spec.num_draft_tokens - 1) / spec.num_steps))
         alpha = 1.0 - (1.0 - alpha) ** branches
@@ -204,6 +298,11 @@ def build_perf_model(config: SimConfig, plan: MemoryPlan) -> PerfModel:
     conv_one = model.conv_state_bytes() if model.hybrid else 0
     sched = 0.0 if config.overlap_schedule else hw.no_overlap_overhead_ms / 1000
     args = config.args
+    fx = hw.effects
+    shape = model.effects.acceptance
+    alpha = effective_acceptance(config)
+    graph_bs = config.cuda_graph_max_bs_decode
+    capture = capture_sizes(graph_bs, spec is not None, plan.max_running_requests)
     return PerfModel(
         bandwidth=hw.effective_bandwidth,
         flops=hw.effective_flops,
@@ -222,12 +321,25 @@ def build_perf_model(config: SimConfig, plan: MemoryPlan) -> PerfModel:
         spec_steps=spec.num_steps if spec else 0,
         spec_topk=spec.topk if spec else 1,
         spec_draft_tokens=spec.num_draft_tokens if spec else 0,
-        spec_acceptance=effective_acceptance(config),
+        spec_acceptance=alpha,
         draft_step_bytes=draft_step_bytes,
         draft_flops_per_token=draft_flops,
         pcie=hw.pcie_bytes_per_s,
-        hicache_load_factor=IO_BACKEND_FACTOR[args.hicache_io_backend]
+        hicache_load_factor=fx.hicache_transfer.slowdown(args.hicache_io_backend, config.page_size)
         * MEM_LAYOUT_FACTOR.get(args.hicache_mem_layout, 1.0),
         hicache_write_exposed=HICACHE_WRITE_EXPOSED[args.hicache_write_policy],
         prefix_state_bytes=float(ssm_one + conv_one),
+        capture_bs=capture,
+        padding_strength=fx.graph_padding.strength,
+        gemm=fx.gemm_efficiency,
+        kv_efficiency=fx.kv_kernel.effective,
+        state_efficiency=fx.state_kernel.effective,
+        scheduler_cpu=fx.scheduler_cpu,
+        overlap=config.overlap_schedule,
+        hicache_transfer=fx.hicache_transfer,
+        hicache_io_backend=args.hicache_io_backend,
+        page_size=config.page_size,
+        accept_first=anchored_first(alpha, shape) if spec is not None else 0.0,
+        accept_decay=shape.effective_decay,
+        accept_spread=shape.effective_spread,
     )

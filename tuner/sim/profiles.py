@@ -3,6 +3,9 @@
 A profile is named by its file stem (``rtx-pro-6000-blackwell``) or given as a path to a YAML
 file. A model profile can also be derived from a Hugging Face ``config.json`` (``--model-path``
 pointing at a local directory), so the simulator can stand in for a checkpoint it has no file for.
+Both kinds carry an ``effects:`` mapping (``tuner.sim.effects``); ``load_overrides`` reads a YAML
+file of values that replace a loaded profile's (``--sim-profile-overrides``), which is how a
+world with other effect strengths or constants is derived (docs/sim-effects.md).
 
     >>> hw = load_hardware("h200"); hw.gpu_memory_gib
     139.81
@@ -11,12 +14,15 @@ pointing at a local directory), so the simulator can stand in for a checkpoint i
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tuner.sim.effects import EffectError, HardwareEffects, ModelEffects, build_effects
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 DEFAULT_HARDWARE = "rtx-pro-6000-blackwell"
@@ -45,6 +51,7 @@ class HardwareProfile:
     per_request_overhead_ms: float
     spec_per_request_overhead_ms: float
     no_overlap_overhead_ms: float
+    effects: HardwareEffects = field(default_factory=HardwareEffects)
 
     @property
     def effective_bandwidth(self) -> float:
@@ -97,6 +104,10 @@ class ModelProfile:
     activation_bytes_per_token: float
     cuda_graph_bytes_per_bs: float
     mtp: MtpProfile | None
+    effects: ModelEffects = field(default_factory=ModelEffects)
+    # per-token acceptance (flat-chain equivalent, see effects.AcceptanceShape) of draft models
+    # by algorithm; others fall back to perf.DRAFT_MODEL_ACCEPTANCE
+    draft_acceptance: dict[str, float] = field(default_factory=dict)
 
     def kv_bytes_per_token(self, kv_dtype_bytes: int | None = None) -> int:
         """Full-attention K and V bytes one token occupies in the KV pool."""
@@ -161,8 +172,11 @@ def _read_yaml(kind: str, name_or_path: str) -> dict[str, Any]:
 
 def _build(cls: type, data: dict[str, Any], source: str) -> Any:
     names = {f.name for f in fields(cls)}
+    required = {
+        f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
+    }
     unknown = sorted(set(data) - names)
-    missing = sorted(names - set(data))
+    missing = sorted(required - set(data))
     if unknown:
         raise ProfileError(f"{source}: unknown keys {unknown}; allowed: {sorted(names)}")
     if missing:
@@ -170,17 +184,40 @@ def _build(cls: type, data: dict[str, Any], source: str) -> Any:
     return cls(**data)
 
 
-def load_hardware(name_or_path: str | None = None) -> HardwareProfile:
-    data = _read_yaml("hardware", name_or_path or DEFAULT_HARDWARE)
+def load_hardware(
+    name_or_path: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    overrides_from: str | None = None,
+) -> HardwareProfile:
+    """A shipped hardware profile by name or a YAML file; ``overrides``: its values to replace
+    (``overrides_from``: where they come from, for messages)."""
+    source = name_or_path or DEFAULT_HARDWARE
+    data = _read_yaml("hardware", source)
+    try:
+        effects = build_effects(HardwareEffects, data.pop("effects", None), source)
+    except EffectError as exc:
+        raise ProfileError(str(exc)) from exc
     numeric = {
         k: float(v) if isinstance(v, int | float | str) and k not in ("name", "description") else v
         for k, v in data.items()
     }
-    return _build(HardwareProfile, numeric, name_or_path or DEFAULT_HARDWARE)
+    numeric["effects"] = effects
+    profile = _build(HardwareProfile, numeric, source)
+    if not overrides:
+        return profile
+    return apply_overrides(profile, overrides, overrides_from or f"{source} (overrides)")
 
 
 def _model_from_dict(data: dict[str, Any], source: str) -> ModelProfile:
     data = dict(data)
+    try:
+        data["effects"] = build_effects(ModelEffects, data.pop("effects", None), source)
+    except EffectError as exc:
+        raise ProfileError(str(exc)) from exc
+    draft = data.get("draft_acceptance") or {}
+    if not isinstance(draft, dict):
+        raise ProfileError(f"{source}: draft_acceptance must map algorithm names to numbers")
+    data["draft_acceptance"] = {str(k).upper(): float(v) for k, v in draft.items()}
     mtp = data.get("mtp")
     if mtp is not None:
         data["mtp"] = _build(
@@ -200,12 +237,83 @@ def _model_from_dict(data: dict[str, Any], source: str) -> ModelProfile:
     return _build(ModelProfile, data, source)
 
 
-def load_model(name_or_path: str | None = None) -> ModelProfile:
-    """A shipped profile by name, a profile YAML file, or a directory holding a config.json."""
+def load_model(
+    name_or_path: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    overrides_from: str | None = None,
+) -> ModelProfile:
+    """A shipped profile by name, a profile YAML file, or a directory holding a config.json;
+    ``overrides``: its values to replace (``overrides_from``: where they come from)."""
     source = name_or_path or DEFAULT_MODEL
     if (Path(source) / "config.json").is_file():
-        return model_from_hf_config(source)
-    return _model_from_dict(_read_yaml("model", source), source)
+        profile = model_from_hf_config(source)
+    else:
+        profile = _model_from_dict(_read_yaml("model", source), source)
+    if not overrides:
+        return profile
+    return apply_overrides(profile, overrides, overrides_from or f"{source} (overrides)")
+
+
+def load_overrides(path: str | None) -> dict[str, dict[str, Any]]:
+    """The ``--sim-profile-overrides`` file: ``{hardware: {...}, model: {...}}``, each a mapping
+    of profile keys (``effects`` and ``mtp`` may be given in part)."""
+    if not path:
+        return {}
+    file = Path(path)
+    if not file.is_file():
+        raise ProfileError(f"profile overrides file not found: {path}")
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{path}: not valid YAML ({exc})") from exc
+    if not isinstance(data, dict) or not set(data) <= {"hardware", "model"}:
+        raise ProfileError(f"{path}: a mapping with the keys hardware and/or model is expected")
+    for kind, values in data.items():
+        if not isinstance(values, dict):
+            raise ProfileError(f"{path}: {kind} must be a mapping of profile keys")
+    return data
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def apply_overrides(profile: Any, overrides: dict[str, Any], source: str) -> Any:
+    """``profile`` with the values in ``overrides`` replaced (nested mappings merged)."""
+    allowed = {f.name: f for f in fields(profile)}
+    unknown = sorted(set(overrides) - set(allowed))
+    if unknown:
+        raise ProfileError(f"{source}: unknown keys {unknown}; allowed: {sorted(allowed)}")
+    changes: dict[str, Any] = {}
+    for key, value in overrides.items():
+        current = getattr(profile, key)
+        if key == "effects":
+            merged = _merge(dataclasses.asdict(current), value or {})
+            try:
+                changes[key] = build_effects(type(current), merged, source)
+            except EffectError as exc:
+                raise ProfileError(str(exc)) from exc
+        elif key == "mtp" and isinstance(value, dict) and current is not None:
+            names = {f.name for f in fields(current)}
+            if not set(value) <= names:
+                bad = sorted(set(value) - names)
+                raise ProfileError(f"{source}: mtp: unknown keys {bad}; allowed: {sorted(names)}")
+            changes[key] = dataclasses.replace(
+                current, **{k: type(getattr(current, k))(v) for k, v in value.items()}
+            )
+        elif key == "draft_acceptance" and isinstance(value, dict):
+            changes[key] = {**current, **{str(k).upper(): float(v) for k, v in value.items()}}
+        elif isinstance(current, bool) or not isinstance(current, int | float):
+            changes[key] = value
+        else:
+            changes[key] = type(current)(value)
+    return dataclasses.replace(profile, **changes)
 
 
 def model_config_dir(name_or_path: str | None = None) -> Path | None:
@@ -222,10 +330,15 @@ def model_config_dir(name_or_path: str | None = None) -> Path | None:
 
 
 def describe(
-    hardware: str | None, model: str | None, model_path: str | None = None
+    hardware: str | None,
+    model: str | None,
+    model_path: str | None = None,
+    overrides: str | None = None,
 ) -> dict[str, Any]:
     """The simulated GPU and where its model's config.json is (``--sim-describe``)."""
-    hw = load_hardware(hardware)
+    hw = load_hardware(
+        hardware, load_overrides(overrides).get("hardware"), f"{overrides}: hardware"
+    )
     if model:
         config_dir = model_config_dir(model)
         load_model(model)  # a bad name fails here, with the names that exist

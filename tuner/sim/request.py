@@ -42,6 +42,8 @@ class SimRequest:
     marks: list[tuple[int, float]] = field(default_factory=list)
     hold: bool = False  # at its finish, hold modelled time for the client's next request
     late_s: float = 0.0  # modelled seconds it came after the time its client meant to send it
+    accept_z: float = 0.0  # how easy its text is to draft (effects.AcceptanceShape spread)
+    accept_pmfs: dict[int | None, Any] = field(default_factory=dict)  # by draft steps
     event: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:

@@ -1,47 +1,41 @@
-"""Continuous batching in modelled time: a queue, chunked prefill, decode steps, the prefix cache.
+"""One scheduler round: the queue, chunked prefill, runs of decode steps, the prefix cache.
 
-The scheduler is a discrete-event simulation. Like sglang's, each round either runs a prefill
-batch (new requests, chunked at ``chunked_prefill_size``; the running requests wait) or one decode
-step for every running request. It owns modelled time (``self.t``): each round moves it forward by
-what the performance model says the round takes. The same rounds run behind two front ends:
+Like sglang's, each round either runs a prefill batch (new requests, chunked at
+``chunked_prefill_size``; the running requests wait) or decode steps for every running request.
+The scheduler owns modelled time (``self.t``, when the GPU is free): a round moves it forward by
+what the performance model says the round takes. It does not wait for anything itself; a driver
+lets each round's time pass:
 
-- the server (``run``): rounds are paced to at most K x wall time (``clock.Clock``); to keep CPU
-  cost low it does not wake up per step but plans a run of decode steps up to the next event (a
-  request finishing, an arrival that can be admitted, a stream flush) and sleeps until then.
-  When the host falls behind, modelled time slows down instead of jumping (``Clock.settle``).
-  Token chunks are released to the HTTP streams at most every flush interval (the first and last
-  token at once), like ``--stream-interval``, each stamped with the modelled time its tokens were
-  produced (``SimRequest.marks``);
-- the headless oracle (``tuner.sim.oracle``): the same rounds back to back on a virtual clock.
+- ``paced.PacedDriver`` (the HTTP server): at most K x wall time (``clock.Clock``), streaming
+  tokens as they are produced;
+- ``headless.HeadlessDriver`` (the oracle): back to back on a virtual clock.
 
-Holds make a closed loop independent of the client's speed: a request sent with ``hold`` keeps
-modelled time from moving past its finish until the client's next request (which names it in
-``after``) arrives, or the client releases it; that request's arrival is the finish time. A
-client that sends with ``at`` (the modelled time it means to send) and comes later than that is
-counted (``late_requests``, ``late_s``) and told so in the request's meta_info.
+So the server and the oracle run the same rounds by construction. To keep CPU cost low a decode
+round is not one step but a run of steps up to the next event (a request finishing, an arrival
+that can be admitted: ``cut_for_arrivals``), planned at once (``DecodePlan``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
 from tuner.sim import tokens as tok
+from tuner.sim.adaptive import AdaptivePolicy
 from tuner.sim.clock import Clock, VirtualClock
 from tuner.sim.config import SimConfig
 from tuner.sim.memory import MemoryPlan
 from tuner.sim.perf import PerfModel
 from tuner.sim.radix import Node, PrefixCache, block_keys
 from tuner.sim.request import RequestRecord, SimRequest
+from tuner.sim.scheduler.holds import Holds
+from tuner.sim.scheduler.stats import SchedulerStats
 
 MAX_MACRO_STEPS = 64
-# wall seconds a hold waits for the client's next request before it lets modelled time go on
-HOLD_TIMEOUT_S = 5.0
 # Share of each running request's remaining max_new_tokens kept free in the KV pool at admission
 # (sglang's new_token_ratio): low while nothing is retracted; a retraction sets it to 1 (exact
 # reserve, so a retracted request does not come back only to be retracted again), and it decays
@@ -51,12 +45,16 @@ NEW_TOKEN_RATIO_DECAY = 0.002
 LPM_MAX_QUEUE = 128  # sglang falls back to fcfs for longer queues
 BLOCK_TOKENS = 16
 
+PrefillItems = list[tuple[SimRequest, int, int]]  # (request, tokens this round, its prefix)
+
 
 def cache_block(config: SimConfig) -> int:
+    """Tokens per prefix-cache block (the page size, at least BLOCK_TOKENS)."""
     return max(BLOCK_TOKENS, config.page_size)
 
 
 def state_interval(config: SimConfig) -> int | None:
+    """Tokens between saved recurrent states (extra_buffer); None: states only at the ends."""
     if config.mamba_strategy in ("extra_buffer", "extra_buffer_lazy"):
         return max(config.args.mamba_track_interval, cache_block(config))
     return None
@@ -67,15 +65,24 @@ def slots_per_running(config: SimConfig) -> int:
     return 2 if config.mamba_strategy in ("extra_buffer", "extra_buffer_lazy") else 1
 
 
-@dataclass
-class Hold:
-    t: float  # modelled time held
-    count: int  # requests still to claim it
-    deadline: float  # wall time (monotonic) at which it lapses
+_NORMAL = NormalDist()
+
+
+def text_draw(prompt: list[int], keys: list[int], seed: int) -> float:
+    """A standard normal draw fixed by the prompt's text (and the server's seed): the chained
+    block hashes the prefix cache computed anyway, the prompt's length and its last tokens."""
+    head = keys[-1] if keys else hash(tuple(prompt))
+    mixed = hash((seed, head, len(prompt), tuple(prompt[-8:]))) & 0xFFFFFFFFFFFF
+    # splitmix-style scrambling, so neighbouring hashes land far apart
+    mixed = (mixed * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & 0xFFFFFFFFFFFFFFFF
+    mixed ^= mixed >> 31
+    return _NORMAL.inv_cdf(((mixed >> 11) + 0.5) / 2**53)
 
 
 @dataclass
 class DecodePlan:
+    """A run of decode steps planned at once: per request, the tokens it has after each step."""
+
     batch: list[SimRequest]
     cum: np.ndarray  # tokens each request has after each step
     remaining: np.ndarray
@@ -84,9 +91,32 @@ class DecodePlan:
     t0: float
     step: float  # modelled seconds per step
     start: float  # modelled time it was planned at (arrivals after it may cut it short)
+    steps: int | None = None  # draft steps adaptive speculation chose (None: as configured)
+
+    def end(self) -> float:
+        """Modelled time at which its ``k_end``-th step ends."""
+        return self.t0 + self.k_end * self.step
+
+
+@dataclass
+class PrefillRound:
+    """A prefill batch begun: what it prefills, when it ends, who decodes inside it (mixed)."""
+
+    items: PrefillItems
+    t_end: float
+    mixed: list[SimRequest]
+
+
+@dataclass
+class DecodeRound:
+    """Decode steps for the running requests (``plan`` None: a request was retracted)."""
+
+    plan: DecodePlan | None
 
 
 class Scheduler:
+    """The scheduler's state and its round; drivers call ``start_round`` and end the round."""
+
     def __init__(
         self,
         config: SimConfig,
@@ -94,14 +124,12 @@ class Scheduler:
         perf: PerfModel,
         clock: Clock | VirtualClock,
         seed: int = 0,
-        flush_ms: float = 20.0,
     ) -> None:
         self.config = config
         self.plan = plan
         self.perf = perf
         self.clock = clock
         self.rng = np.random.default_rng(seed)
-        self.flush_s = max(flush_ms, 1.0) / 1000.0
         self.capacity = plan.max_total_num_tokens
         self.cap = plan.max_running_requests
         self.block = cache_block(config)
@@ -122,87 +150,47 @@ class Scheduler:
         self.records: list[RequestRecord] = []
         self.owned_tokens = 0
         self.t = 0.0  # modelled time at which the GPU is free
-        self.headless = isinstance(clock, VirtualClock)
-        self.holds: dict[str, Hold] = {}
-        self.hold_wait_s = 0.0  # wall seconds spent waiting for clients at holds
-        self.hold_timeouts = 0
-        self.late_requests = 0
-        self.late_s = 0.0  # modelled seconds by which requests came after their ``at``
+        self.on_change: Callable[[], None] = lambda: None  # a paced driver's wake-up
+        self.holds = Holds(clock, config.args.sim_hold_timeout, lambda: self.on_change())
+        self.stats = SchedulerStats()
         self._mixed = config.args.enable_mixed_chunk and not perf.speculative
-        self._wake = asyncio.Event()
-        self._timer: asyncio.TimerHandle | None = None
-        self._last_flush_wall = 0.0
-        self._pmf = np.asarray(perf.accept_pmf())
-        self._gen_window: deque[tuple[float, int]] = deque()
-        self.last_gen_throughput = 0.0
-        self.accept_tokens = 0
-        self.accept_steps = 0
-        self.prompt_tokens_total = 0
-        self.cached_tokens_total = 0
-        self.generation_tokens_total = 0
-        self.finished_total = 0
-        self.retracted_total = 0
+        self._pmfs: dict[int | None, np.ndarray] = {}
+        self.adaptive: AdaptivePolicy | None = None
+        spec = config.spec
+        if spec is not None and spec.adaptive is not None:
+            self.adaptive = AdaptivePolicy(spec.adaptive, spec.num_steps)
+        self._text_seed = config.args.sim_seed
         self.new_token_ratio = NEW_TOKEN_RATIO
         self.on_finish: Callable[[SimRequest], None] | None = None
         self.on_release: Callable[[SimRequest, int, float], None] | None = None
         self.on_first_token: Callable[[SimRequest], None] | None = None
 
     # ------------------------------------------------------------ public
+    # ------------------------------------------------------------ public
     def prepare(self, req: SimRequest) -> None:
+        """Work out what a new request needs before it is queued: its prefix-cache keys and,
+        with an acceptance spread, how easy its text is to draft (a draw fixed by the text,
+        so a served run and the oracle draw alike whatever the order of arrivals)."""
         if self.cache is not None:
             req.keys = block_keys(req.prompt, self.block)
+        if self.perf.speculative and self.perf.accept_spread > 0:
+            req.accept_z = text_draw(req.prompt, req.keys, self._text_seed)
 
     def submit(self, req: SimRequest, after: str | None = None, at: float | None = None) -> None:
         """Queue a request. ``after``: the hold it claims (its arrival is the hold's time);
         ``at``: the modelled time the client meant to send it (a later one waits in the queue
         until then, an earlier one it missed is counted as late)."""
-        claimed = self._claim(after) if after is not None else None
+        claimed = self.holds.claim(after) if after is not None else None
         base = claimed if claimed is not None else req.arrival
         if at is not None:
             if at >= base:
                 base = at
             elif claimed is None and base - at > 1e-9:
                 req.late_s = base - at
-                self.late_requests += 1
-                self.late_s += req.late_s
+                self.stats.record_late(req.late_s)
         req.arrival = base
         self.waiting.append(req)
-        self._wake.set()
-
-    # ------------------------------------------------------------ holds
-    def hold(self, key: str, count: int = 1, t: float | None = None) -> float:
-        """Keep modelled time at ``t`` (now) until ``count`` requests claim ``key``."""
-        t = self.clock.now() if t is None else t
-        timeout = getattr(self.config.args, "sim_hold_timeout", HOLD_TIMEOUT_S)
-        self.holds[key] = Hold(t, max(1, count), time.monotonic() + timeout)
-        if self.clock.cap is None or self.clock.cap > t:
-            self.clock.cap = t  # idle: modelled time stops here until the hold is resolved
-        return t
-
-    def _held_at(self) -> float | None:
-        return min((h.t for h in self.holds.values()), default=None)
-
-    def _claim(self, key: str) -> float | None:
-        hold = self.holds.get(key)
-        if hold is None:
-            return None
-        hold.count -= 1
-        if hold.count <= 0:
-            del self.holds[key]
-            self._wake.set()
-        return hold.t
-
-    def release(self, keys: list[str] | None = None, prefix: str | None = None) -> int:
-        gone = [
-            k
-            for k in self.holds
-            if (keys is not None and k in keys) or (prefix is not None and k.startswith(prefix))
-        ]
-        for k in gone:
-            del self.holds[k]
-        if gone:
-            self._wake.set()
-        return len(gone)
+        self.on_change()
 
     def abort(self, req: SimRequest, reason: str = "client disconnected") -> None:
         if req.finished:
@@ -237,14 +225,10 @@ class Scheduler:
         return min(1.0, (self.num_running * slots_per_running(self.config) + states) / slots)
 
     def cache_hit_rate(self) -> float:
-        if not self.prompt_tokens_total:
-            return 0.0
-        return self.cached_tokens_total / self.prompt_tokens_total
+        return self.stats.cache_hit_rate()
 
     def avg_accept_length(self) -> float | None:
-        if not self.perf.speculative or not self.accept_steps:
-            return None
-        return self.accept_tokens / self.accept_steps
+        return self.stats.avg_accept_length() if self.perf.speculative else None
 
     def flush_cache(self) -> bool:
         if self.running or self.waiting or self.chunked is not None:
@@ -253,78 +237,30 @@ class Scheduler:
             self.cache.flush()
         return True
 
-    # ------------------------------------------------------------ main loop (server)
-    async def run(self) -> None:
-        self.t = self.clock.now()
-        while True:
-            await self._wait_holds()
-            batch = self._build_prefill()
-            if batch is not None:
-                t_end, mixed = self._prefill_begin(*batch)
-                await self._pace_until(t_end)
-                self._prefill_end(batch[0], t_end, mixed)
-                continue
-            if self.running:
-                plan = self._plan_decode()
-                if plan is not None:
-                    await self._pace_decode(plan)
-                    self._apply_steps(plan)
-                continue
-            future = [r.arrival for r in self.waiting if r.arrival > self.t]
-            if future and len(future) == len(self.waiting):
-                # only requests sent ahead of their time: idle until the first is due
-                due = min(future)
-                held = self._held_at()
-                self.clock.cap = due if held is None else min(due, held)
-                delay = self.clock.wall_delay(due)
-                if delay > 0:
-                    self._wake.clear()
-                    await self._wait_wake(delay)
-                self.t = max(self.t, self.clock.now())  # due, or an earlier new arrival
-                continue
-            self.clock.cap = self._held_at()
-            self._wake.clear()
-            await self._wake.wait()
-            self.t = max(self.t, self.clock.now())
+    def next_arrival(self) -> float | None:
+        """When nothing can run: the modelled time the first request sent ahead of its time
+        is due (None: no such request, or one is waiting that is due already)."""
+        future = [r.arrival for r in self.waiting if r.arrival > self.t]
+        if future and len(future) == len(self.waiting):
+            return min(future)
+        return None
 
-    async def _wait_wake(self, delay: float) -> None:
-        handle = asyncio.get_running_loop().call_later(delay, self._wake.set)
-        try:
-            await self._wake.wait()
-        finally:
-            handle.cancel()
+    # ------------------------------------------------------------ one round
+    def start_round(self) -> PrefillRound | DecodeRound | None:
+        """Pick the next round as sglang's scheduler does: a prefill batch when one can be
+        admitted, else a run of decode steps for the running requests; None when nothing runs.
 
-    async def _wait_holds(self) -> None:
-        """Do not start a round while a client owes a request at or before ``self.t``."""
-        waited = False
-        started = time.monotonic()
-        while True:
-            due = [h for h in self.holds.values() if h.t <= self.t + 1e-12]
-            if not due:
-                break
-            waited = True
-            self.clock.cap = min(h.t for h in due)
-            deadline = min(h.deadline for h in due)
-            delay = deadline - time.monotonic()
-            if delay <= 0:
-                for key in [k for k, h in self.holds.items() if h.deadline <= time.monotonic()]:
-                    del self.holds[key]
-                    self.hold_timeouts += 1
-                continue
-            self._wake.clear()
-            await self._wait_wake(delay)
-        if waited:
-            self.hold_wait_s += time.monotonic() - started
-            # the wall time spent waiting for the client is not modelled time
-            self.clock.settle(self.t, count=False)
-
-    async def _pace_until(self, model_t: float) -> None:
-        """Sleep through a round (arrivals wait for it, as on a GPU); then stand at its end."""
-        self.clock.cap = model_t
-        delay = self.clock.wall_delay(model_t)
-        if delay > 0:
-            await asyncio.sleep(delay)
-        self.clock.settle(model_t)
+        A driver then lets the round's modelled time pass (paced or at once) and ends it with
+        ``finish_prefill`` / ``finish_decode``. A decode round without a plan retracted a
+        request to make room: it ends at once."""
+        batch = self._build_prefill()
+        if batch is not None:
+            items, loaded, loaded_states = batch
+            t_end, mixed = self._prefill_begin(items, loaded, loaded_states)
+            return PrefillRound(items, t_end, mixed)
+        if self.running:
+            return DecodeRound(self._plan_decode())
+        return None
 
     # ------------------------------------------------------------ prefill
     def _free_tokens(self) -> int:
@@ -456,8 +392,8 @@ class Scheduler:
         if not req.resumed:
             req.cached = cached
             req.host_loaded = loaded
-            self.prompt_tokens_total += req.prompt_len
-            self.cached_tokens_total += cached
+            self.stats.prompt_tokens_total += req.prompt_len
+            self.stats.cached_tokens_total += cached
         self._trim_states(extra=1)
         return loaded, states
 
@@ -494,13 +430,12 @@ class Scheduler:
                 self.chunked = req
         return self.t + duration, mixed
 
-    def _prefill_end(
-        self, items: list[tuple[SimRequest, int, int]], t_end: float, mixed: list[SimRequest]
-    ) -> None:
-        self.t = t_end
-        if mixed:
-            self._advance_mixed(mixed)
-        for req, n, _ in items:
+    def finish_prefill(self, round_: PrefillRound) -> None:
+        """End a prefill round: the GPU stands at its end; finished prompts decode from now."""
+        self.t = round_.t_end
+        if round_.mixed:
+            self._advance_mixed(round_.mixed)
+        for req, n, _ in round_.items:
             req.prefilled += n
             if req.prefilled < req.prefill_total:
                 continue
@@ -518,15 +453,15 @@ class Scheduler:
             req.owned += 1
             self.owned_tokens += 1
             req.first_token_t = self.t
-            self.generation_tokens_total += 1
-            self._record_gen(1)
+            self.stats.generation_tokens_total += 1
+            self.stats.record_gen(self.t, 1)
             if self.on_first_token is not None:
                 self.on_first_token(req)
             if req.generated >= req.target_len:
                 self._finish(req, self.t)
             else:
                 self.running.append(req)
-                self._release(req, self.t)
+                self.release_tokens(req, self.t)
 
     def _advance_mixed(self, mixed: list[SimRequest]) -> None:
         still = [r for r in self.running if r not in mixed]
@@ -538,8 +473,8 @@ class Scheduler:
                 self._finish(req, self.t)
             else:
                 still.append(req)
-        self.generation_tokens_total += len(mixed)
-        self._record_gen(len(mixed))
+        self.stats.generation_tokens_total += len(mixed)
+        self.stats.record_gen(self.t, len(mixed))
         self.running = still
 
     def _cache_prompt(self, req: SimRequest) -> None:
@@ -576,29 +511,60 @@ class Scheduler:
         written = written_states = 0
         if self.cache is not None:
             written, written_states = self.cache.take_io()
-        step = self.perf.step(b, context)
+        steps = None
+        if self.adaptive is not None:
+            steps = self.adaptive.steps_for(b, self.perf.capture_bs)
+        step = self.perf.step(b, context, steps)
         extra = self.perf.hicache_cost(0, written, written_states)
         remaining = np.fromiter(
             (r.target_len - r.generated for r in batch), dtype=np.int64, count=b
         )
-        max_per_step = len(self._pmf)
+        pmf = self._pmf(steps)
+        max_per_step = len(pmf)
         # do not run past the KV pool: each step adds up to max_per_step tokens per request
         free = self._free_tokens() + (self.cache.evictable_tokens if self.cache else 0)
         steps_cap = max(1, min(MAX_MACRO_STEPS, free // max(b * max_per_step, 1)))
         if free < b * max_per_step:
             self._retract_one()
             return None
-        if max_per_step > 1:
-            draws = self.rng.choice(max_per_step, size=(b, steps_cap), p=self._pmf) + 1
+        if self.adaptive is not None:
+            # the step count may change only where the policy decides: plan up to there
+            steps_cap = min(steps_cap, self.adaptive.batches_to_decision(b, self.perf.capture_bs))
+        if max_per_step > 1 and self.perf.accept_spread > 0:
+            draws = self._draws_by_text(batch, steps, steps_cap)
+        elif max_per_step > 1:
+            draws = self.rng.choice(max_per_step, size=(b, steps_cap), p=pmf) + 1
         else:
             draws = np.ones((b, steps_cap), dtype=np.int64)
         cum = np.cumsum(draws, axis=1)
         done = cum >= remaining[:, None]
         finish_step = np.where(done.any(axis=1), done.argmax(axis=1) + 1, steps_cap + 1)
         k_end = int(min(finish_step.min(), steps_cap))
-        return DecodePlan(batch, cum, remaining, finish_step, k_end, self.t + extra, step, self.t)
+        return DecodePlan(
+            batch, cum, remaining, finish_step, k_end, self.t + extra, step, self.t, steps
+        )
 
-    def _cut_for_arrivals(self, plan: DecodePlan, done: int = 0) -> None:
+    def _pmf(self, steps: int | None) -> np.ndarray:
+        pmf = self._pmfs.get(steps)
+        if pmf is None:
+            pmf = self._pmfs[steps] = np.asarray(self.perf.accept_pmf(steps))
+        return pmf
+
+    def _draws_by_text(self, batch: list[SimRequest], steps: int | None, count: int) -> np.ndarray:
+        """Tokens per verify step for each request and step, each from its own text's pmf
+        (inverse CDF, as ``Generator.choice`` samples a shared one)."""
+        rows = []
+        for req in batch:
+            pmf = req.accept_pmfs.get(steps)
+            if pmf is None:
+                pmf = req.accept_pmfs[steps] = self.perf.request_pmf(req.accept_z, steps)
+            rows.append(pmf)
+        cdf = np.cumsum(np.stack(rows), axis=1)
+        cdf /= cdf[:, -1:]
+        u = self.rng.random((len(batch), count))
+        return (cdf[:, None, :] <= u[:, :, None]).sum(axis=2) + 1
+
+    def cut_for_arrivals(self, plan: DecodePlan, done: int = 0) -> None:
         """End the run of steps with the one in flight when a request arrives after it was
         planned (it may then be admitted), as sglang's scheduler looks at its queue every step.
         From the arrival's modelled stamp, so the server and the headless oracle cut alike;
@@ -612,65 +578,10 @@ class Scheduler:
         j = int((min(new) - plan.t0) / plan.step) if min(new) > plan.t0 else 0
         plan.k_end = max(1, done, min(plan.k_end, j + 1))
 
-    def run_round(self) -> bool:
-        """Headless: run one round on the virtual clock; False when nothing can run."""
-        batch = self._build_prefill()
-        if batch is not None:
-            t_end, mixed = self._prefill_begin(*batch)
-            self._prefill_end(batch[0], t_end, mixed)
-            self.clock.settle(self.t)
-            return True
-        if self.running:
-            plan = self._plan_decode()
-            if plan is not None:
-                self._cut_for_arrivals(plan)
-                self._apply_steps(plan)
-                self.clock.settle(self.t)
-            return True
-        future = [r.arrival for r in self.waiting if r.arrival > self.t]
-        if future and len(future) == len(self.waiting):
-            self.t = min(future)
-            self.clock.settle(self.t)
-            return True
-        return False
-
-    async def _pace_decode(self, plan: DecodePlan) -> None:
-        batch, cum, remaining, t0, step = plan.batch, plan.cum, plan.remaining, plan.t0, plan.step
-        flushed = 0
-        while True:
-            self.clock.cap = t0 + plan.k_end * step
-            self._cut_for_arrivals(plan, flushed)
-            j = min(plan.k_end, int((self.clock.paced() - t0) / step))
-            if j >= plan.k_end:
-                break
-            flush_wall = self._last_flush_wall + self._flush_interval()
-            if j > 0 and time.monotonic() >= flush_wall:
-                self._release_partial(batch, cum, remaining, j, t0 + j * step)
-                flushed = j
-                flush_wall = self._last_flush_wall + self._flush_interval()
-            # a flush is only useful once a step has completed since the last one
-            next_flush = max(flush_wall, self.clock.wall_at(t0 + (j + 1) * step))
-            delay = min(self.clock.wall_at(t0 + plan.k_end * step), next_flush) - time.monotonic()
-            if delay > 0:
-                self._wake.clear()
-                await self._wait_wake(delay)
-        self.clock.settle(t0 + plan.k_end * step)
-
-    def _flush_interval(self) -> float:
-        # more streams, coarser chunks: keeps CPU per token flat at high concurrency
-        return max(self.flush_s, 0.0004 * len(self.running))
-
-    def _release_partial(
-        self, batch: list[SimRequest], cum: np.ndarray, remaining: np.ndarray, j: int, t: float
-    ) -> None:
-        produced = np.minimum(cum[:, j - 1], remaining)
-        for i, req in enumerate(batch):
-            upto = req.generated + int(produced[i])
-            if upto > req.released:
-                self._release(req, t, upto)
-        self._last_flush_wall = time.monotonic()
-
-    def _apply_steps(self, plan: DecodePlan) -> None:
+    def finish_decode(self, plan: DecodePlan, release: bool = True) -> None:
+        """End a run of decode steps at its ``k_end``-th step: tokens, finishes, accept counts.
+        ``release``: stream the unfinished requests' tokens now (a paced driver coalesces
+        chunks to its flush interval; finished requests are always released)."""
         batch, cum, remaining = plan.batch, plan.cum, plan.remaining
         finish_step, k, t0, step = plan.finish_step, plan.k_end, plan.t0, plan.step
         produced = np.minimum(cum[:, k - 1], remaining)
@@ -681,10 +592,11 @@ class Scheduler:
         self.t = t_end
         total = int(produced.sum())
         self._ensure_free(total)
-        self.generation_tokens_total += total
-        self._record_gen(total)
-        spec = self.perf.speculative
-        flush = self.headless or time.monotonic() >= self._last_flush_wall + self._flush_interval()
+        self.stats.generation_tokens_total += total
+        self.stats.record_gen(self.t, total)
+        spec = self.perf.speculative and plan.steps != 0
+        if self.adaptive is not None:
+            self._observe_acceptance(plan)
         still: list[SimRequest] = []
         for i, req in enumerate(batch):
             n = int(produced[i])
@@ -693,18 +605,27 @@ class Scheduler:
             if spec:
                 steps_used = min(int(finish_step[i]), k)
                 req.verify_ct += steps_used
-                self.accept_steps += steps_used
-                self.accept_tokens += n
+                self.stats.accept_steps += steps_used
+                self.stats.accept_tokens += n
             if req.generated >= req.target_len:
                 self._finish(req, t0 + int(finish_step[i]) * step)
             else:
                 still.append(req)
-                if flush:
-                    self._release(req, t_end)
+                if release:
+                    self.release_tokens(req, t_end)
         self.owned_tokens += total
         self.running = still
-        if flush and not self.headless:
-            self._last_flush_wall = time.monotonic()
+
+    def _observe_acceptance(self, plan: DecodePlan) -> None:
+        """Feed adaptive speculation each step's mean accepted drafts over the requests that
+        were still decoding in it."""
+        assert self.adaptive is not None
+        draws = np.diff(plan.cum[:, : plan.k_end], axis=1, prepend=0)
+        means = []
+        for i in range(plan.k_end):
+            active = plan.finish_step > i
+            means.append(float((draws[active, i] - 1).mean()) if active.any() else 0.0)
+        self.adaptive.observe(len(plan.batch), self.perf.capture_bs, means)
 
     def _drop_aborted(self) -> None:
         if any(r.aborted for r in self.running):
@@ -726,13 +647,14 @@ class Scheduler:
         req.resumed = True
         req.keys = block_keys(sequence, self.block) if self.cache is not None else []
         req.prefilled = 0
-        self.retracted_total += 1
+        self.stats.retracted_total += 1
         req.retractions += 1
         self.new_token_ratio = 1.0
         self.waiting.appendleft(req)
 
     # ------------------------------------------------------------ completion
-    def _release(self, req: SimRequest, t: float, upto: int | None = None) -> None:
+    def release_tokens(self, req: SimRequest, t: float, upto: int | None = None) -> None:
+        """Hand ``req``'s tokens up to ``upto`` (all it has) to its HTTP stream, stamped ``t``."""
         upto = req.generated if upto is None else upto
         if upto <= req.released and not req.finished:
             return
@@ -770,23 +692,14 @@ class Scheduler:
             self.cache.unlock(req.node)
             req.node = None
         req.finished = True
-        self.finished_total += 1
+        self.stats.finished_total += 1
         if req.hold and error is None:
-            self.hold(req.rid, 1, t)
+            self.holds.hold(req.rid, 1, t)
         self._trim_states()
         self.records.append(RequestRecord.of(req))
         if self.on_finish is not None:
             self.on_finish(req)
-        self._release(req, t)
-
-    def _record_gen(self, tokens: int) -> None:
-        window = self._gen_window
-        window.append((self.t, tokens))
-        while len(window) > 2 and window[0][0] < self.t - 5.0:
-            window.popleft()
-        span = self.t - window[0][0]
-        if span > 0:
-            self.last_gen_throughput = sum(n for _, n in window) / span
+        self.release_tokens(req, t)
 
     def record_error(self, req: SimRequest) -> None:
         """A request answered with an error before it reached the queue."""
