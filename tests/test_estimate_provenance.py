@@ -39,7 +39,7 @@ ALLOWED = {
     ("estimate.py", 0.15): "lower end of the fraction grid (x the spec sheet)",
     ("estimate.py", 0.0002): "first non-zero step overhead of the fit's grid",
     ("estimate.py", 1.5): "ratio of the overhead grid",
-    ("priors.py", 7.0): "draft steps of a published accept length (sglang PR #21599, #23336)",
+    ("estimate.py", 0.01): "a cache hit rate this low says the server reports no hits",
 }
 
 
@@ -66,8 +66,10 @@ def _literals(path: Path) -> list[tuple[int, float]]:
     out = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         value = node.value if isinstance(node, ast.Constant) else None
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            out.append((node.lineno, float(value)))
+        # Counts and defaults are whole numbers (3 draft steps, 16 conversations); a copied
+        # efficiency, overhead in seconds or acceptance is not.
+        if isinstance(value, float) and not value.is_integer():
+            out.append((node.lineno, value))
     return out
 
 
@@ -105,7 +107,7 @@ def test_the_check_catches_the_constants_the_estimate_once_copied(tmp_path):
     # The eager-step overhead (7 ms) and acceptance (0.88) of the seed profiles, as the estimate
     # carried them before (EAGER_OVERHEAD_S = 0.007).
     copy = tmp_path / "estimate.py"
-    copy.write_text("EAGER_OVERHEAD_S = 0.007\nACCEPT = 0.88\n")
+    copy.write_text("EAGER_OVERHEAD_S = 0.007\nACCEPT = 0.88\nBANDWIDTH = 0.8\n")
     constants = _simulator_constants()
     hits = [_matches(v, constants) for _, v in _literals(copy)]
     assert all(hits), hits

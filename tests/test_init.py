@@ -165,7 +165,8 @@ def test_init_command_line(tmp_path, monkeypatch):
     written = tmp_path / "llama-3.1-8b-h100-sxm-chat.yaml"
     assert f"wrote {written.name}" in result.output
     space = load_space(written)
-    assert set(space.sim) == {"time_scale"}  # no simulator profile for an H100: its default GPU
+    # The simulator has an H100 SXM profile: the space's simulator runs on that GPU.
+    assert set(space.sim) == {"hardware", "time_scale"} and space.sim["hardware"] == "h100-sxm"
     again = CliRunner().invoke(app, args)
     assert isinstance(again.exception, UserError) and "--force" in str(again.exception)
 
