@@ -244,3 +244,17 @@ def test_hybrid_is_inferred_from_the_model_path_or_mamba_flags():
     # a speculative hybrid model without any Mamba flag is recognised by its name
     assert rules("0.5.10", model_path="Qwen/Qwen3-Next-80B-A3B-Instruct", **MTP) != []
     assert rules("0.5.10", model_path=LLAMA, **MTP) == []
+
+
+def test_adaptive_speculation_needs_one_of_its_candidate_step_counts_on_0_5_23():
+    nextn = {"model_path": "Qwen/Qwen3.6-27B", "speculative_algorithm": "NEXTN"}
+    adaptive = {**nextn, "speculative_adaptive": True}
+    for steps in (1, 3, 5):
+        assert check_startup_rules({**adaptive, "speculative_num_steps": steps}, "0.5.23") == []
+    assert check_startup_rules(adaptive, "0.5.23") == []  # sglang takes the middle candidate
+    (message,) = check_startup_rules({**adaptive, "speculative_num_steps": 4}, "0.5.23")
+    assert "--speculative-num-steps=4 is not in the adaptive config candidate_steps" in message
+    # Without adaptive, or with topk > 1 (sglang turns adaptive off), any count starts.
+    assert check_startup_rules({**nextn, "speculative_num_steps": 4}, "0.5.23") == []
+    topk = {**adaptive, "speculative_num_steps": 4, "speculative_eagle_topk": 2}
+    assert not [m for m in check_startup_rules(topk, "0.5.23") if "adaptive" in m]

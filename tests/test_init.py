@@ -43,9 +43,9 @@ CASES = {
         SIM_MODELS / "qwen3.6-27b",
         "rtx-pro-6000-blackwell",
         "chat",
-        # MTP heads (NEXTN) and a hybrid model (Mamba strategy); the smallest KV pool already
-        # holds the chat working set, so no HiCache.
-        ALWAYS | SPECULATION | MAMBA | {"schedule_policy"},
+        # MTP heads (NEXTN, with sglang 0.5.23's adaptive steps) and a hybrid model (Mamba
+        # strategy); the smallest KV pool already holds the chat working set, so no HiCache.
+        ALWAYS | SPECULATION | MAMBA | {"schedule_policy", "speculative_adaptive"},
     ),
     "qwen3-8b": (SIM_MODELS / "qwen3-8b", "h200", "rag", ALWAYS | {"schedule_policy"}),
     "llama-3.1-8b": (TEST_MODELS / "llama-3.1-8b", "h200", "random", ALWAYS),

@@ -32,6 +32,7 @@ BEST_KNOWN = {
     "speculative_algorithm": "NEXTN",
     "speculative_num_steps": 1,
     "speculative_eagle_topk": 1,
+    "speculative_adaptive": None,
     "mem_fraction_static": 0.95,
     "enable_hierarchical_cache": False,
     "mamba_radix_cache_strategy": "extra_buffer",

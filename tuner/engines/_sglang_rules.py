@@ -300,11 +300,37 @@ def _track_interval(c: _Config) -> list[str]:
     return problems
 
 
+# sglang 0.5.23's default adaptive configuration (`srt/speculative/adaptive_spec_params.py`):
+# every batch-size tier's candidate step counts together.
+ADAPTIVE_CANDIDATE_STEPS = (0, 1, 3, 5, 7)
+
+
+def _speculative_adaptive_steps(c: _Config) -> list[str]:
+    """0.5.23 `arg_groups/speculative_hook.py` `_init_adaptive_speculative_params` (lines
+    1392-1427): with adaptive speculation kept on (EAGLE family, topk 1; otherwise sglang turns
+    it off with a warning) and the default tiers, the steps must be one of the candidates."""
+    if not c.is_set("speculative_adaptive") or not c["speculative_adaptive"]:
+        return []
+    if c.speculative not in ("EAGLE", "EAGLE3", "NEXTN") or c.is_set("speculative_adaptive_config"):
+        return []
+    if c.is_set("speculative_eagle_topk") and _int(c["speculative_eagle_topk"]) != 1:
+        return []
+    steps = c.given.get("speculative_num_steps")
+    if steps is None or _int(steps) in ADAPTIVE_CANDIDATE_STEPS:
+        return []
+    candidates = list(ADAPTIVE_CANDIDATE_STEPS)
+    return [
+        f"--speculative-num-steps={_int(steps)} is not in the adaptive config candidate_steps "
+        f"{candidates}. Pass one of those values."
+    ]
+
+
 _RULES: tuple[Rule, ...] = (
     _hicache_needs_radix_cache,
     _hicache_host_pool_size,
     _speculative_algorithm_name,
     _speculative_steps_needed,
+    _speculative_adaptive_steps,
     _speculative_topk_backends,
     _mamba_strategy,
 )

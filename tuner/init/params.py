@@ -159,6 +159,18 @@ def _speculation(model: ModelFacts, draft_model: str | None) -> list[Param]:
             ["Derived: a chain of steps + 1 tokens."],
         ),
     ]
+    if model.mtp_layers:
+        out.append(
+            Param(
+                "speculative_adaptive",
+                {"choices": [None, True], "when": {"speculative_algorithm": "NEXTN"}},
+                [
+                    "sglang 0.5.23 can choose the steps at run time from the accept lengths it "
+                    "sees (fewer as the batch grows); the sampled steps are its start and must "
+                    "be one of its candidates (1, 3, 5). EAGLE-family drafts only: not STANDALONE."
+                ],
+            )
+        )
     if draft_model:
         out.append(
             Param(
