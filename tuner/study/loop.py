@@ -63,7 +63,9 @@ def quiet_optuna() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
-def _ensure_study_attrs(study: optuna.Study, run: Run) -> None:
+def ensure_study_attrs(study: optuna.Study, run: Run) -> None:
+    """Write the run's space, engine, objectives and SLOs into a new study; refuse a study
+    created with another space (its trials would be compared with the wrong configurations)."""
     attrs = study.user_attrs
     space = run.space
     if record.STUDY_SPACE not in attrs:
@@ -90,6 +92,7 @@ def _ensure_study_attrs(study: optuna.Study, run: Run) -> None:
 
 
 def queue_baseline_and_retries(study: optuna.Study, baseline: Baseline | None = None) -> None:
+    """Queue sglang's defaults once per study, and once more each trial a stop interrupted."""
     trials = study.get_trials(deepcopy=False)
     if not any(t.user_attrs.get(record.IS_DEFAULT) for t in trials):
         # sglang's defaults, no tuned flag: every result is compared with it.
@@ -146,7 +149,7 @@ def open_study(run: Run, on_event: EventHook | None = None) -> optuna.Study:
             # workers given seeds 0, 1, 2 must not collide after that shift.
             seed = (seed * 1_000_003 + len(study.get_trials(deepcopy=False))) % 2**32
         study.sampler = make_sampler(options.sampler, space, seed)
-        _ensure_study_attrs(study, run)
+        ensure_study_attrs(study, run)
         recover_abandoned(study, options.heartbeat_s, on_event=on_event)
         queue_baseline_and_retries(
             study, lambda: default_trial_params(space, *_memory(run), run.extra_flags)
