@@ -24,6 +24,7 @@ from tuner.study.recovery import (
     this_owner,
 )
 from tuner.study.signals import stop_like_ctrl_c
+from tuner.study.storage import trial_id
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists("/proc/self/stat"), reason="process start times come from /proc"
@@ -123,9 +124,10 @@ def test_owners_on_other_hosts_are_judged_by_their_heartbeat():
 
 
 def test_the_heartbeat_records_the_owner_and_keeps_beating():
-    study = _study()
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage, directions=["maximize", "minimize"])
     trial = study.ask()
-    beat = OwnerHeartbeat(study._storage, trial._trial_id, 0.05)
+    beat = OwnerHeartbeat(storage, trial_id(storage, study, trial.number), 0.05)
     first = study.get_trials()[trial.number].user_attrs[record.HEARTBEAT]
     deadline = time.monotonic() + 30
     while study.get_trials()[trial.number].user_attrs[record.HEARTBEAT] == first:
