@@ -42,7 +42,7 @@ def _forwarding(names: tuple[str, ...]) -> Callable[[_Cls], _Cls]:
             with deferred():
                 return getattr(self.inner, name)(*args, **kwargs)
 
-        method.__name__ = method.__qualname__ = name
+        method.__name__ = name
         method.__doc__ = f"The wrapped storage's `{name}`, a stop signal deferred to its end."
         return method
 
