@@ -29,10 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle_measurer import NoiseModel, OracleCache
-from tuner_quality import METHODS, Oracle, StudyRun, hypervolume, run_study
-
+if __name__ == "__main__":  # run as a file: the benchmarks package lives one folder up
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+from benchmarks.oracle_measurer import NoiseModel, OracleCache
+from benchmarks.quality.methods import METHODS
+from benchmarks.quality.study import StudyRun, run_study
+from benchmarks.quality.truth import Oracle
+from benchmarks.quality.truth import area as hypervolume
 from tuner.space.load import default_space_path, load_space
 from tuner.study.loop import quiet_optuna
 

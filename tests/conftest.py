@@ -8,27 +8,21 @@
     support/ctrl_c.py             Ctrl-C as a terminal delivers it (the whole process group)
     support/chromium_helper.py    a headless Chromium for the report and dashboard pages
 
-The `benchmarks` fixture imports a script of `benchmarks/` (they are scripts, not a package).
+The `benchmarks` fixture imports a module of `benchmarks/` as the package it is
+(`benchmarks("oracle_measurer")` is `benchmarks.oracle_measurer`; pytest puts the repository root
+on the path, pyproject.toml's `pythonpath`).
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
 
 @pytest.fixture
-def benchmarks() -> Iterator[Callable[[str], ModuleType]]:
-    """`benchmarks("oracle_measurer")`: that script imported as a module, for this test."""
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+def benchmarks() -> Callable[[str], ModuleType]:
+    """`benchmarks("oracle_measurer")`: the module `benchmarks.oracle_measurer`."""
+    return lambda name: importlib.import_module(f"benchmarks.{name}")

@@ -24,6 +24,7 @@ from tuner.study.recovery import (
     this_owner,
 )
 from tuner.study.signals import stop_like_ctrl_c
+from tuner.study.storage import trial_id
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists("/proc/self/stat"), reason="process start times come from /proc"
@@ -123,9 +124,10 @@ def test_owners_on_other_hosts_are_judged_by_their_heartbeat():
 
 
 def test_the_heartbeat_records_the_owner_and_keeps_beating():
-    study = _study()
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage, directions=["maximize", "minimize"])
     trial = study.ask()
-    beat = OwnerHeartbeat(study._storage, trial._trial_id, 0.05)
+    beat = OwnerHeartbeat(storage, trial_id(storage, study, trial.number), 0.05)
     first = study.get_trials()[trial.number].user_attrs[record.HEARTBEAT]
     deadline = time.monotonic() + 30
     while study.get_trials()[trial.number].user_attrs[record.HEARTBEAT] == first:
@@ -175,3 +177,28 @@ def test_only_the_first_stop_signal_interrupts():
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         signals._state = signals._State()  # no signal received, for the tests that follow
+
+
+def test_the_wrapped_rdb_storage_keeps_optunas_heartbeat_and_stale_trial_retry(tmp_path):
+    from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
+
+    from tuner.study.storage import SignalSafeStorage, optuna_heartbeat_s, signal_safe
+
+    rdb = RDBStorage(
+        f"sqlite:///{tmp_path / 'hb.db'}",
+        heartbeat_interval=1,
+        grace_period=1,
+        heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3),
+    )
+    storage = signal_safe(rdb)
+    assert isinstance(storage, SignalSafeStorage) and optuna_heartbeat_s(storage) == 1
+    study = optuna.create_study(storage=storage, directions=["maximize", "minimize"])
+    trial = study.ask()
+    # The tuner's heartbeat thread records Optuna's heartbeat on such a storage...
+    beat = OwnerHeartbeat(storage, trial_id(storage, study, trial.number), 1, optuna_beat_s=1)
+    beat.stop()
+    assert record.HEARTBEAT not in study.get_trials()[0].user_attrs
+    time.sleep(2.5)  # ...and after the grace period without one, the public helper fails it.
+    fail_stale_trials(study)
+    states = [t.state for t in study.get_trials()]
+    assert states == [TrialState.FAIL, TrialState.WAITING], states

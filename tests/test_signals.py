@@ -20,7 +20,8 @@ from optuna.trial import TrialState
 from tuner.results import record
 from tuner.study import signals
 from tuner.study.loop import queue_baseline_and_retries, run_trials
-from tuner.study.signals import defer_signals_in, deferred, stop_like_ctrl_c
+from tuner.study.signals import deferred, stop_like_ctrl_c
+from tuner.study.storage import signal_safe
 
 SIG = signal.SIGUSR1
 
@@ -59,11 +60,9 @@ def journal(tmp_path, monkeypatch):
     fake_os = _SignalInUnlink()
     monkeypatch.setattr(journal_file, "os", fake_os)
     path = tmp_path / "s.journal"
-    study = optuna.create_study(
-        storage=JournalStorage(JournalFileBackend(str(path))), directions=["maximize", "minimize"]
-    )
-    defer_signals_in(study._storage)
-    return SimpleNamespace(study=study, path=path, os=fake_os)
+    storage = signal_safe(JournalStorage(JournalFileBackend(str(path))))
+    study = optuna.create_study(storage=storage, directions=["maximize", "minimize"])
+    return SimpleNamespace(study=study, storage=storage, path=path, os=fake_os)
 
 
 def _reloaded(path: Path) -> list[optuna.trial.FrozenTrial]:
@@ -107,7 +106,7 @@ def test_a_signal_inside_the_journal_lock_interrupts_the_trial_after_the_write(j
         return 1.0, 1.0
 
     with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
-        run_trials(journal.study, objective, total=1, heartbeat_s=3600)
+        run_trials(journal.study, objective, total=1, heartbeat_s=3600, storage=journal.storage)
     assert journal.os.fired == 1 and not after_write
     assert not caplog.records  # no "raised; recorded as FAIL", no traceback
     _check_interrupted_once(journal.path)
@@ -121,7 +120,7 @@ def test_a_signal_while_a_trial_is_asked_interrupts_that_trial(journal):
         raise AssertionError("the interrupted trial must not run")
 
     with pytest.raises(KeyboardInterrupt):
-        run_trials(journal.study, objective, total=1, heartbeat_s=3600)
+        run_trials(journal.study, objective, total=1, heartbeat_s=3600, storage=journal.storage)
     assert journal.os.fired == 1
     _check_interrupted_once(journal.path)
 
@@ -135,7 +134,7 @@ def test_an_error_after_the_signal_is_an_interrupt_in_one_line(journal, caplog):
         return 1.0, 1.0
 
     with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
-        run_trials(journal.study, objective, total=1, heartbeat_s=3600)
+        run_trials(journal.study, objective, total=1, heartbeat_s=3600, storage=journal.storage)
     [line] = caplog.records
     assert line.exc_info is None
     assert "interrupted by SIGUSR1" in line.getMessage() and "did not stop" in line.getMessage()

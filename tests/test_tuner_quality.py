@@ -1,4 +1,5 @@
-"""benchmarks/tuner_quality.py runs end to end (--fast) and its figures are well-formed.
+"""The quality benchmark (benchmarks/quality/) runs end to end (--fast), its figures are
+well-formed, and its Pareto figures are tuner.results.pareto's.
 
 Only shape is checked here: what the figures are is the benchmark's business, not the test's.
 """
@@ -13,8 +14,8 @@ from pathlib import Path
 import pytest
 from support.chromium_helper import CHROMIUM
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-SCRIPT = BENCHMARKS / "tuner_quality.py"
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "tuner_quality.py"  # the old path: the README's commands
 METHODS = (
     "default",
     "wrong-estimate",
@@ -67,6 +68,30 @@ def test_fast_run_writes_well_formed_figures(tmp_path):
         assert name in data["methods"] and "| " in table
     if plot:
         assert (tmp_path / "tuner_quality.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_package_runs_as_a_module_and_refuses_an_unknown_method():
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.quality", "--methods", "default,nope"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "unknown methods ['nope']" in run.stderr.splitlines()[-1]
+
+
+def test_front_and_area_are_the_tuners_pareto_figures(benchmarks):
+    truth = benchmarks("quality.truth")
+    points = [(100.0, 20.0), (200.0, 30.0), (90.0, 40.0), (200.0, 30.0), (150.0, 35.0)]
+    # The repeat counts once; (90, 40) and (150, 35) are dominated by (200, 30).
+    assert truth.front(points) == [(100.0, 20.0), (200.0, 30.0)]
+    # Strips below latency 50: 100 tok/s over [20, 30), 200 over [30, 50).
+    assert truth.area(points, 50.0) == 100.0 * 10 + 200.0 * 20
+    # Points at or beyond the reference latency, or without throughput, add nothing.
+    assert truth.area([(300.0, 50.0), (0.0, 1.0)], 50.0) == 0.0
+    assert truth.area([*points, (300.0, 60.0)], 50.0) == 5000.0
 
 
 @pytest.fixture

@@ -1,10 +1,10 @@
 """Tuner quality as a regression test: `tuner optimize`'s defaults against random search.
 
-A seeded, oracle-backed run of benchmarks/tuner_quality.py's harness (the real objective and
-study loop, no server launched; the headless oracle judges the seed space as shipped): the
-default must reach 0.95 of the best SLO-feasible throughput known at 40 launched trials and 0.9
-at 20 (median over 3 seeds), and beat random search at 40 by MARGIN. About 60 s on a busy
-2-core box.
+A seeded, oracle-backed run of the quality benchmark's harness (benchmarks/quality/: the real
+objective and study loop, no server launched; the headless oracle judges the seed space as
+shipped): the default must reach 0.95 of the best SLO-feasible throughput known at 40 launched
+trials and 0.9 at 20 (median over 3 seeds), and beat random search at 40 by MARGIN. About 60 s on a
+busy 2-core box.
 
 The figures come from the measured spread (benchmarks/results/tuner_quality.md, 10 seeds at 20
 and 40 trials on the headless oracle): random search reaches 0.770 of the optimum in 8 seeds (0
@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import statistics
 
-import pytest
-
 BUDGET = 40
 EARLY = 20  # the issue's smaller budget: the default must be close by then too
 SEEDS = (0, 1, 2)
 MARGIN = 0.15
-# The best SLO-feasible configuration of the seed space that benchmarks/tuner_quality.py found.
+# The best SLO-feasible configuration of the seed space that the quality benchmark found.
 BEST_KNOWN = {
     "speculative_algorithm": "NEXTN",
     "speculative_num_steps": 1,
@@ -41,33 +39,31 @@ BEST_KNOWN = {
 }
 
 
-@pytest.fixture
-def quality(benchmarks):
-    return benchmarks("tuner_quality")
-
-
-def test_the_default_beats_random_search_at_40_trials(quality):
-    from oracle_measurer import NoiseModel, OracleCache
-
-    from tuner.space.load import default_space_path, load_space
-    from tuner.study.loop import quiet_optuna
+def test_the_default_beats_random_search_at_40_trials():
+    from benchmarks.oracle_measurer import NoiseModel, OracleCache
+    from benchmarks.quality.methods import METHODS
+    from benchmarks.quality.scoring import best_so_far
+    from benchmarks.quality.study import run_study
+    from benchmarks.quality.truth import Oracle, summarize_optimum
+    from tuner.space import default_space_path, load_space
+    from tuner.study import quiet_optuna
 
     quiet_optuna()
     space = load_space(default_space_path())  # judged as shipped (headless oracle)
-    oracle = quality.Oracle(space, OracleCache(space))
+    oracle = Oracle(space, OracleCache(space))
     noise = NoiseModel(0.02, 0.02, 0.05)
     # The optimum: the best configuration the full benchmark found (README), united below
     # with everything the studies launched; a dense grid would take minutes of oracle runs.
     oracle.of_params(BEST_KNOWN)
-    methods = {m.name: m for m in quality.METHODS}
+    methods = {m.name: m for m in METHODS}
     runs = {
-        name: [quality.run_study(methods[name], s, BUDGET, space, oracle, noise) for s in SEEDS]
+        name: [run_study(methods[name], s, BUDGET, space, oracle, noise) for s in SEEDS]
         for name in ("default", "random")
     }
-    optimum = quality.summarize_optimum(oracle, 0.0)
+    optimum = summarize_optimum(oracle, 0.0)
     best, early = (
         {  # best-so-far after `budget` launched trials, over the optimum
-            name: statistics.median(quality.best_so_far(r, optimum)[:budget][-1] for r in rs)
+            name: statistics.median(best_so_far(r, optimum)[:budget][-1] for r in rs)
             for name, rs in runs.items()
         }
         for budget in (BUDGET, EARLY)

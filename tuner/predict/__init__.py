@@ -10,12 +10,13 @@ bound of a space stands for on this host).
 """
 
 from tuner.predict.capacity_bound import running_capacity
-from tuner.predict.estimate import Estimator, Observation, Prediction
+from tuner.predict.estimate import Calibration, Estimator, Observation, Prediction
 from tuner.predict.gpu_specs import GpuSpec, gpu_spec, known_gpus
 from tuner.predict.memory import MemoryEstimate, estimate_memory
 from tuner.predict.workload_shape import WorkloadShape
 
 __all__ = [
+    "Calibration",
     "Estimator",
     "GpuSpec",
     "MemoryEstimate",

@@ -153,10 +153,11 @@ def set_constraints(trial: optuna.Trial, constraints: dict[str, float]) -> None:
     for key, value in constraints.items():
         trial.set_constraint(key, value)
     # Optuna 5 has no public setter for a trial's system attrs; the storage call is what
-    # Trial.set_constraint itself makes.
-    trial.storage.set_trial_system_attr(
-        trial._trial_id, LIST_CONSTRAINTS, list_constraints(constraints)
-    )
+    # Trial.set_constraint itself makes, the trial's id found by the storage's public lookups.
+    storage = trial.storage
+    study_id = storage.get_study_id_from_name(trial.study.study_name)
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+    storage.set_trial_system_attr(trial_id, LIST_CONSTRAINTS, list_constraints(constraints))
 
 
 def list_constraints(constraints: dict[str, float]) -> list[float]:

@@ -26,11 +26,7 @@ from typing import Any, cast
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
-from optuna.storages._heartbeat import (
-    fail_stale_trials,
-    get_heartbeat_thread,
-    is_heartbeat_enabled,
-)
+from optuna.storages import BaseStorage, fail_stale_trials
 from optuna.trial import TrialState
 
 from tuner.engines.model_config import ModelMemory
@@ -47,8 +43,15 @@ from tuner.study.options import StudyOptions, StudySummary
 from tuner.study.recovery import OwnerHeartbeat, owner_tag, recover_abandoned, trial_owner
 from tuner.study.run import Run
 from tuner.study.sampler import make_sampler
-from tuner.study.signals import defer_signals_in, deferred, stop_requested
+from tuner.study.signals import deferred, stop_requested
 from tuner.study.stopping import Measure, StopDecision, Stopping, StopRule
+from tuner.study.storage import (
+    SignalSafeStorage,
+    optuna_heartbeat_s,
+    signal_safe,
+    storage_of,
+    trial_id,
+)
 from tuner.trial.crash_model import CrashModel
 from tuner.trial.objective import EventHook, ObjectiveConfig, TrialObjective
 from tuner.trial.pruning import StagePruner
@@ -65,7 +68,9 @@ def quiet_optuna() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
-def _ensure_study_attrs(study: optuna.Study, run: Run) -> None:
+def ensure_study_attrs(study: optuna.Study, run: Run) -> None:
+    """Write the run's space, engine, objectives and SLOs into a new study; refuse a study
+    created with another space (its trials would be compared with the wrong configurations)."""
     attrs = study.user_attrs
     space = run.space
     if record.STUDY_SPACE not in attrs:
@@ -96,6 +101,7 @@ def _ensure_study_attrs(study: optuna.Study, run: Run) -> None:
 
 
 def queue_baseline_and_retries(study: optuna.Study, baseline: Baseline | None = None) -> None:
+    """Queue sglang's defaults once per study, and once more each trial a stop interrupted."""
     trials = study.get_trials(deepcopy=False)
     if not any(t.user_attrs.get(record.IS_DEFAULT) for t in trials):
         # sglang's defaults, no tuned flag: every result is compared with it.
@@ -131,13 +137,22 @@ def study_lock(options: StudyOptions, name: str, on_event: EventHook | None = No
     return StudyLock(lock_path, on_wait=on_wait)
 
 
-def open_study(run: Run, on_event: EventHook | None = None) -> optuna.Study:
+def open_study(
+    run: Run, on_event: EventHook | None = None
+) -> tuple[optuna.Study, SignalSafeStorage]:
     """Create or load the study, recover trials whose process is gone and queue the baseline
-    and interrupted trials, under the study's lock."""
+    and interrupted trials, under the study's lock. The storage comes back with the study,
+    wrapped so that a stop signal never lands inside a storage write (tuner/study/storage.py)."""
     options, space, name = run.options, run.space, run.study_name
     with study_lock(options, name, on_event):
-        storage = open_storage(
-            options.storage, name, options.studies_dir, create=True, heartbeat_s=options.heartbeat_s
+        storage = signal_safe(
+            open_storage(
+                options.storage,
+                name,
+                options.studies_dir,
+                create=True,
+                heartbeat_s=options.heartbeat_s,
+            )
         )
         study = optuna.create_study(
             study_name=name,
@@ -145,19 +160,18 @@ def open_study(run: Run, on_event: EventHook | None = None) -> optuna.Study:
             directions=[MAXIMIZE, MINIMIZE],
             load_if_exists=True,
         )
-        defer_signals_in(study._storage)  # a stop signal never lands inside a storage write
         seed = options.seed
         if seed is not None:
             # A resumed study must not replay the start-up samples it already measured, and
             # workers given seeds 0, 1, 2 must not collide after that shift.
             seed = (seed * 1_000_003 + len(study.get_trials(deepcopy=False))) % 2**32
         study.sampler = make_sampler(options.sampler, space, seed)
-        _ensure_study_attrs(study, run)
-        recover_abandoned(study, options.heartbeat_s, on_event=on_event)
+        ensure_study_attrs(study, run)
+        recover_abandoned(study, options.heartbeat_s, on_event=on_event, storage=storage)
         queue_baseline_and_retries(
             study, lambda: default_trial_params(space, *_memory(run), run.extra_flags)
         )
-    return study
+    return study, storage
 
 
 def _memory(run: Run) -> tuple[ModelMemory | None, float | None]:
@@ -170,7 +184,7 @@ def _memory(run: Run) -> tuple[ModelMemory | None, float | None]:
 
 def run_study(run: Run, on_event: EventHook | None = None) -> StudySummary:
     options, space, name = run.options, run.space, run.study_name
-    study = open_study(run, on_event)
+    study, storage = open_study(run, on_event)
     study_dir = options.studies_dir / name
     study_dir.mkdir(parents=True, exist_ok=True)
     model_memory, gpu_gb = _memory(run)
@@ -204,6 +218,7 @@ def run_study(run: Run, on_event: EventHook | None = None) -> StudySummary:
             heartbeat_s=options.heartbeat_s,
             wait_timeout_s=options.wait_timeout_s,
             stopping=Stopping(stop_rule(options), guide),
+            storage=storage,
         )
     except KeyboardInterrupt:
         interrupted = True
@@ -225,6 +240,7 @@ def run_trials(
     heartbeat_s: float = 10.0,
     wait_timeout_s: float = 3600.0,
     stopping: Stopping | None = None,
+    storage: BaseStorage | None = None,
 ) -> str | None:
     """Run trials until the study holds `total` finished ones, whoever runs them, or until
     `stopping` says the rest are unlikely to move the front (tuner/study/stopping.py).
@@ -233,14 +249,16 @@ def run_trials(
     workers on one study, a worker must not start a trial that would exceed it, and must keep
     waiting while others' trials run, in case one dies and its trial is queued again. Returns
     None, or the message saying why it stopped waiting after `wait_timeout_s` without progress.
+    `storage`: the study's storage as `open_study` gave it (else the study's own is read).
     """
+    storage = storage or storage_of(study)
     lock = lock or StudyLock(None)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     waiting: tuple[int, ...] = ()
     waiting_since = 0.0
     while True:
         fail_stale_trials(study)  # RDB storages with heartbeats: requeues dead workers' trials
-        recover_abandoned(study, heartbeat_s, lock, on_event)
+        recover_abandoned(study, heartbeat_s, lock, on_event, storage=storage)
         trials = study.get_trials(deepcopy=False)
         states = Counter(t.state for t in trials)
         finished = measured_count(trials)  # skips and repeats do not count (budget.py)
@@ -290,10 +308,10 @@ def run_trials(
                     trial = None
                     continue
                 beat = OwnerHeartbeat(
-                    study._storage,
-                    trial._trial_id,
+                    storage,
+                    trial_id(storage, study, trial.number),
                     heartbeat_s,
-                    beat=not is_heartbeat_enabled(study._storage),
+                    optuna_beat_s=optuna_heartbeat_s(storage),
                 )
             _run_one(study, trial, objective, beat)
         except KeyboardInterrupt:
@@ -354,21 +372,14 @@ def _run_one(
 ) -> None:
     """Run the objective and tell the trial how it ended; a KeyboardInterrupt (Ctrl-C or a stop
     signal) propagates, and the caller records the trial as interrupted."""
-    heartbeat = get_heartbeat_thread(trial._trial_id, study._storage)
-    started = False
     try:
         try:
             if trial.user_attrs.get(record.SERVER_PGID):
                 trial.set_user_attr(record.SERVER_PGID, None)  # copied from a retried trial
-            with deferred():  # joined below only when started
-                heartbeat.start()
-                started = True
             values = objective(trial)
         finally:
             with deferred():
                 beat.stop()
-                if started:
-                    heartbeat.join()
     except optuna.TrialPruned:
         _tell(study, trial, state=TrialState.PRUNED)
     except Exception as exc:

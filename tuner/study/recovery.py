@@ -29,12 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.storages._heartbeat import is_heartbeat_enabled
+from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.results import record
 from tuner.results.study_lock import StudyLock
 from tuner.study.signals import deferred
+from tuner.study.storage import optuna_heartbeat_s, storage_of, trial_id
 from tuner.trial.objective import EventHook
 
 _log = logging.getLogger(__name__)
@@ -160,10 +161,13 @@ class Recovered:
 
 
 def recover_trials(
-    study: optuna.Study, abandoned: list[tuple[FrozenTrial, str]]
+    study: optuna.Study,
+    abandoned: list[tuple[FrozenTrial, str]],
+    storage: BaseStorage | None = None,
 ) -> list[Recovered]:
-    """Fail each (trial, reason), kill its server when it runs here, queue its configuration."""
-    storage = study._storage
+    """Fail each (trial, reason), kill its server when it runs here, queue its configuration.
+    `storage`: the study's, as `open_study` gave it (else the study's own is read)."""
+    storage = storage or storage_of(study)
     me = this_owner()
     recovered = []
     for trial, reason in abandoned:
@@ -171,20 +175,23 @@ def recover_trials(
         if owner is not None and _on_this_host(owner, me):
             _kill_server_group(trial, owner)
         with deferred():  # a stop signal must not fall between the FAIL and its retry
+            tid = trial_id(storage, study, trial.number)
             with contextlib.suppress(Exception):
-                storage.set_trial_user_attr(trial._trial_id, record.ABANDONED, reason)
+                storage.set_trial_user_attr(tid, record.ABANDONED, reason)
             try:
-                won = storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+                won = storage.set_trial_state_values(tid, state=TrialState.FAIL)
             except Exception:  # another process failed it first (finished trial, locked database)
                 won = False
             if not won:
                 continue
-            retry = queue_retry(study, trial)
+            retry = queue_retry(study, trial, storage)
         recovered.append(Recovered(trial.number, owner_tag(owner) if owner else "?", reason, retry))
     return recovered
 
 
-def queue_retry(study: optuna.Study, trial: FrozenTrial) -> int | None:
+def queue_retry(
+    study: optuna.Study, trial: FrozenTrial, storage: BaseStorage | None = None
+) -> int | None:
     """Queue the trial's configuration again (Optuna's retry attrs, so `failed_trial` names the
     first of the series); None when it was retried MAX_RETRIES times already."""
     history = [*trial.system_attrs.get("retry_history", []), trial.number]
@@ -203,9 +210,10 @@ def queue_retry(study: optuna.Study, trial: FrozenTrial) -> int | None:
             "retry_history": history,
         },
     )
-    storage = study._storage
-    trial_id = storage.create_new_trial(study._study_id, template_trial=template)
-    return storage.get_trial_number_from_id(trial_id)
+    storage = storage or storage_of(study)
+    study_id = storage.get_study_id_from_name(study.study_name)
+    new_id = storage.create_new_trial(study_id, template_trial=template)
+    return storage.get_trial_number_from_id(new_id)
 
 
 def _kill_server_group(trial: FrozenTrial, owner: dict[str, Any]) -> None:
@@ -223,34 +231,44 @@ def _kill_server_group(trial: FrozenTrial, owner: dict[str, Any]) -> None:
 
 class OwnerHeartbeat:
     """Writes OWNER and HEARTBEAT on a trial, then refreshes HEARTBEAT every `interval_s`
-    from a thread until `stop()` (with `beat=False`: the owner only, for storages whose own
-    heartbeat covers the rest)."""
+    from a thread until `stop()`. With `optuna_beat_s` (a storage with Optuna's own heartbeat,
+    RDB with --heartbeat) the thread records that heartbeat every `optuna_beat_s` instead, the
+    one `fail_stale_trials` judges, as Optuna's `study.optimize` does."""
 
     def __init__(
-        self, storage: Any, trial_id: int, interval_s: float, *, beat: bool = True
+        self,
+        storage: Any,
+        trial_id: int,
+        interval_s: float,
+        *,
+        optuna_beat_s: int | None = None,
     ) -> None:
         self.storage = storage
         self.trial_id = trial_id
-        self.interval_s = interval_s
+        self.interval_s = float(optuna_beat_s or interval_s)
+        self._optuna = optuna_beat_s is not None
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         owner = this_owner()
         storage.set_trial_user_attr(trial_id, record.OWNER, owner)
         storage.set_trial_user_attr(trial_id, record.WORKER, owner_tag(owner))
-        if beat:
-            storage.set_trial_user_attr(trial_id, record.HEARTBEAT, time.time())
-            self._thread = threading.Thread(target=self._run, name="tuner-heartbeat", daemon=True)
-            self._thread.start()
+        self._beat()
+        self._thread = threading.Thread(target=self._run, name="tuner-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        if self._optuna:
+            self.storage.record_heartbeat(self.trial_id)
+        else:
+            self.storage.set_trial_user_attr(self.trial_id, record.HEARTBEAT, time.time())
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             with contextlib.suppress(Exception):  # a busy database: the next beat will do
-                self.storage.set_trial_user_attr(self.trial_id, record.HEARTBEAT, time.time())
+                self._beat()
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self._thread.join()
 
 
 def recover_abandoned(
@@ -258,9 +276,12 @@ def recover_abandoned(
     heartbeat_s: float,
     lock: StudyLock | None = None,
     on_event: EventHook | None = None,
+    storage: BaseStorage | None = None,
 ) -> None:
-    """Fail the RUNNING trials whose process is gone and queue their configurations again."""
-    other_hosts = not is_heartbeat_enabled(study._storage)  # RDB heartbeats cover other hosts
+    """Fail the RUNNING trials whose process is gone and queue their configurations again.
+    `storage`: the study's, as `open_study` gave it (else the study's own is read)."""
+    storage = storage or storage_of(study)
+    other_hosts = optuna_heartbeat_s(storage) is None  # RDB heartbeats cover other hosts
     found = [
         (t, reason)
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
@@ -269,7 +290,7 @@ def recover_abandoned(
     if not found:
         return
     with lock or StudyLock(None):
-        recovered = recover_trials(study, found)
+        recovered = recover_trials(study, found, storage)
     for r in recovered:
         if not on_event:
             _log.warning("trial %d abandoned (%s); queued again: %s", r.number, r.reason, r.retry)

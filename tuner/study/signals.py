@@ -10,21 +10,18 @@ started with ignored (SIGHUP under `nohup`) stays ignored.
 A signal never interrupts a storage call: an exception raised inside Optuna's journal file lock
 (between its rename and its unlink) turns into a FileNotFoundError, and one raised while a
 storage replays its log leaves it half applied. While the main thread runs inside `deferred()`
-(every method of a storage passed to `defer_signals_in`, and the tuner's own steps that must not
-be split, such as asking for a trial and writing its owner), the signal is only noted; the
-KeyboardInterrupt is raised when the outermost `deferred()` block ends.
+(every call of the storage wrapper tuner/study/storage.py puts around a study's storage, and the
+tuner's own steps that must not be split, such as asking for a trial and writing its owner), the
+signal is only noted; the KeyboardInterrupt is raised when the outermost `deferred()` block ends.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -81,23 +78,3 @@ def deferred() -> Iterator[None]:
         if not state.depth and state.pending:
             state.pending = False
             raise KeyboardInterrupt(state.fired)
-
-
-def _deferring(method: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(method)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        with deferred():
-            return method(*args, **kwargs)
-
-    return call
-
-
-def defer_signals_in(storage: Any) -> None:
-    """Run every method of this storage object inside `deferred()`. The object keeps its class,
-    so Optuna's isinstance checks (heartbeats, cached RDB storage) still see what it is."""
-    if getattr(storage, "_tuner_defers_signals", False):
-        return
-    for name, _ in inspect.getmembers(type(storage), inspect.isfunction):
-        if not name.startswith("__"):
-            setattr(storage, name, _deferring(getattr(storage, name)))
-    storage._tuner_defers_signals = True

@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 import optuna
+from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
 from tuner.errors import UserError
@@ -69,7 +70,11 @@ def _worker_main(run: Run, index: int, events: Any) -> None:
 
 
 def recover_dead_worker(
-    study: optuna.Study, worker_tag: str, exitcode: int | None, lock: StudyLock
+    study: optuna.Study,
+    storage: BaseStorage,
+    worker_tag: str,
+    exitcode: int | None,
+    lock: StudyLock,
 ) -> list[int]:
     """Fail the dead worker's running trials, kill their servers, and queue them again."""
     reason = f"its worker process {worker_tag} exited with code {exitcode}"
@@ -79,7 +84,7 @@ def recover_dead_worker(
             for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             if t.user_attrs.get(WORKER) == worker_tag
         ]
-        return [r.number for r in recover_trials(study, mine)]
+        return [r.number for r in recover_trials(study, mine, storage)]
 
 
 def run_parallel(
@@ -94,7 +99,7 @@ def run_parallel(
     options = replace(options, study_name=name)
     run = replace(run, options=options)
     # Creates the study and queues the baseline before the workers start.
-    study = open_study(run, on_event)
+    study, storage = open_study(run, on_event)
     lock = study_lock(options, name, on_event)
     ctx = mp.get_context("spawn")
     events = ctx.Queue()
@@ -135,7 +140,7 @@ def run_parallel(
                 del procs[index]
                 if proc.exitcode != 0:
                     tag = f"{os.uname().nodename}:{proc.pid}"
-                    retried = recover_dead_worker(study, tag, proc.exitcode, lock)
+                    retried = recover_dead_worker(study, storage, tag, proc.exitcode, lock)
                     if on_event:
                         on_event(
                             "worker_died",
@@ -146,14 +151,18 @@ def run_parallel(
             time.sleep(0.2)
     except KeyboardInterrupt:
         interrupted = True
-        _stop_workers(study, procs, lock, on_event)
+        _stop_workers(study, storage, procs, lock, on_event)
     _drain(events, on_event)
-    study = optuna.load_study(study_name=name, storage=study._storage)
+    study = optuna.load_study(study_name=name, storage=storage)
     return summarize(study, options.studies_dir / name, options, interrupted)
 
 
 def _stop_workers(
-    study: optuna.Study, procs: dict[int, Any], lock: StudyLock, on_event: EventHook | None
+    study: optuna.Study,
+    storage: BaseStorage,
+    procs: dict[int, Any],
+    lock: StudyLock,
+    on_event: EventHook | None,
 ) -> None:
     """Interrupt every worker as Ctrl-C would (SIGTERM / SIGHUP reach the supervisor only; after
     the terminal's SIGINT the workers ignore it), give them time to stop their servers, then
@@ -169,7 +178,9 @@ def _stop_workers(
         if proc.is_alive():
             proc.kill()
             proc.join(5)
-            recover_dead_worker(study, f"{os.uname().nodename}:{proc.pid}", proc.exitcode, lock)
+            recover_dead_worker(
+                study, storage, f"{os.uname().nodename}:{proc.pid}", proc.exitcode, lock
+            )
 
 
 def _drain(events: Any, on_event: EventHook | None) -> None:

@@ -1,0 +1,72 @@
+"""Configurations of a space: each parameter's values, nested loops over them, and the flags a
+configuration stands for (the objective's own call)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from optuna.trial import FixedTrial
+
+from tuner.space import ParamSpec, SearchSpace, suggest_flags
+
+
+def numeric_values(param: ParamSpec, limit: int | None) -> list[Any]:
+    """Every value of a numeric param (limit None), or `limit` of them spread over its range."""
+    low, high = float(param.low), float(param.high)  # type: ignore[arg-type]
+    if param.kind == "int":
+        step = int(param.step or 1)
+        every = list(range(int(low), int(high) + 1, step))
+    elif param.step:
+        step = float(param.step)
+        count = round((high - low) / step) + 1
+        every = [round(low + i * step, 6) for i in range(count)]
+    else:
+        every = list(np.linspace(low, high, 65))
+    if limit is None or len(every) <= limit:
+        return every
+    spread = np.geomspace(low, high, limit) if param.log else np.linspace(low, high, limit)
+    return sorted({min(every, key=lambda v, s=s: abs(v - s)) for s in spread})
+
+
+def param_values(param: ParamSpec, limit: int | None) -> list[Any]:
+    if param.kind == "categorical":
+        return list(param.choices or ())
+    return numeric_values(param, limit)
+
+
+def nested_loops(
+    space: SearchSpace, values_of: Callable[[ParamSpec], Sequence[Any]]
+) -> Iterator[dict[str, Any]]:
+    """Sampled-param dicts in nested-loop order: params in the space's order, the first one
+    outermost; a param whose condition is false is not looped over; derived ones are computed."""
+    specs = list(space.params.values())
+
+    def walk(i: int, values: dict[str, Any], sampled: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        if i == len(specs):
+            yield dict(sampled)
+            return
+        spec = specs[i]
+        if not spec.is_active(values):
+            yield from walk(i + 1, values, sampled)
+        elif spec.kind == "derived":
+            derived = spec.suggest(FixedTrial({}), values)  # ignores the trial
+            yield from walk(i + 1, {**values, spec.name: derived}, sampled)
+        else:
+            for v in values_of(spec):
+                yield from walk(i + 1, {**values, spec.name: v}, {**sampled, spec.name: v})
+
+    yield from walk(0, {}, {})
+
+
+def full_flags(space: SearchSpace, params: dict[str, Any]) -> dict[str, Any]:
+    """The flags the objective would build for these sampled params (the same call)."""
+    tuned = suggest_flags(FixedTrial(params), space)
+    flags = {"model_path": space.model_path, **space.fixed_flags, **tuned}
+    return {k: v for k, v in flags.items() if v is not None}
+
+
+def default_flags(space: SearchSpace) -> dict[str, Any]:
+    """Trial 0's flags: sglang's defaults, no tuned flag."""
+    return {k: v for k, v in {"model_path": space.model_path, **space.fixed_flags}.items() if v}
