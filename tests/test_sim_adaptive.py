@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from sim_spaces import SEED_NEXTN
+from support.sim_spaces import SEED_NEXTN
 
 from tuner.bench import WorkloadSpec
 from tuner.sim.adaptive import AdaptivePolicy, _Slot, default_config, load_config

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import yaml
-from sim_spaces import SEED_NEXTN
+from support.sim_spaces import SEED_NEXTN
 
 from tuner.bench import WorkloadSpec
 from tuner.sim.args import parse_args
