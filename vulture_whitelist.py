@@ -77,3 +77,10 @@ median_tpot_ms
 median_itl_ms
 median_e2e_latency_ms
 modelled_time
+
+# Set on tokenizers / transformers objects, read by those libraries (tests/support/tiny_llama.py).
+_.pre_tokenizer
+_.decoder
+_.model_max_length
+# Called by real sglang in CPU mode (tests/support/sglang_cpu/sgl_kernel).
+assign_req_to_token_pool_cpu
