@@ -341,3 +341,34 @@ def test_bad_config_is_a_user_error(kwargs, fragment):
 def test_bad_url_is_a_user_error():
     with pytest.raises(UserError, match="must start with http"):
         BenchClient("localhost:30000")
+
+
+def test_a_server_that_dies_under_the_benchmark_is_reported_as_gone():
+    # Like real sglang fed a token id past its vocabulary: the process exits mid-run.
+    spec = WorkloadSpec(kind="random", requests=6, input_len=8, output_len=2)
+    with fake_server("--crash-on-token-above", "2000") as server:
+        result = run_bench(BenchConfig(url=server.url, workload=spec.with_vocab(50000)))
+        server.process.wait(timeout=10)
+    assert result.summary["completed"] == 0
+    assert result.server_lost is not None
+    assert result.server_lost.startswith(f"the server at {server.url} stopped answering")
+
+
+def test_a_server_that_stays_up_is_not_reported_as_gone():
+    spec = WorkloadSpec(kind="random", requests=4, input_len=8, output_len=2)
+    with fake_server("--fail-every", "2") as server:
+        result = run_bench(BenchConfig(url=server.url, workload=spec))
+    assert result.summary["failed"] > 0 and result.server_lost is None
+
+
+def test_the_vocabulary_comes_from_the_served_models_config(tmp_path):
+    from tuner.bench.runner import model_vocab_size
+
+    (tmp_path / "config.json").write_text('{"vocab_size": 2048, "hidden_size": 128}')
+    assert model_vocab_size({"model_path": str(tmp_path)}) == 2048
+    nested = tmp_path / "vl"
+    nested.mkdir()
+    (nested / "config.json").write_text('{"text_config": {"vocab_size": 151936}}')
+    assert model_vocab_size({"model_path": str(nested)}) == 151936
+    assert model_vocab_size({"model_path": "no/such-model-here"}) is None
+    assert model_vocab_size({}) is None

@@ -169,3 +169,45 @@ def test_bodies_for_each_api():
     assert len(chat["messages"][0]["content"].split()) == 2
     assert "model" not in chat
     assert flatten([("user", "a b"), ("assistant", [1001])]) == "a b\n" + ids_to_text([1001])
+
+
+def _all_ids(spec: WorkloadSpec) -> list[int]:
+    ids: list[int] = []
+    for conversation in spec.make_conversations() + spec.make_warmup(3):
+        ids += list(conversation.system)
+        for turn in conversation.turns:
+            ids += list(turn.user) + list(turn.synthetic_answer)
+    return ids
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        {"kind": "random", "requests": 20, "input_len": 200},
+        {"kind": "shared-prefix", "groups": 2, "prompts_per_group": 3, "system_prompt_len": 64},
+        {"kind": "multi-turn", "conversations": 2, "turns": 2, "user_len": 32, "answer_len": 8},
+    ],
+)
+def test_token_ids_stay_inside_a_small_vocabulary(workload):
+    # Real sglang's embedding raises IndexError on an id past the vocabulary and the whole
+    # server dies (tests/data/sglang_cpu/died_under_benchmark_0.5.23.log).
+    spec = WorkloadSpec.from_dict(workload).with_vocab(2048)
+    ids = _all_ids(spec)
+    assert max(ids) < 2048
+    assert min(ids) >= 256  # the low ids, where tokenizers keep special tokens, are left out
+    assert len(set(ids)) > 100
+
+
+def test_a_large_vocabulary_keeps_the_same_prompts():
+    spec = WorkloadSpec.from_dict({"kind": "random", "requests": 4, "input_len": 50})
+    assert spec.with_vocab(128256).make_conversations() == spec.make_conversations()
+    assert spec.with_vocab(None).make_conversations() == spec.make_conversations()
+    assert max(_all_ids(spec)) < 30000 and min(_all_ids(spec)) >= 1000
+
+
+def test_the_vocabulary_is_not_a_workload_key():
+    with pytest.raises(UserError, match="vocab_size"):
+        WorkloadSpec.from_dict({"kind": "random", "vocab_size": 100})
+    with pytest.raises(UserError, match="vocabulary size"):
+        WorkloadSpec().with_vocab(1)
+    assert "vocab_size" not in WorkloadSpec().with_vocab(2048).to_dict()

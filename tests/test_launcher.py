@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -156,3 +157,39 @@ def test_server_dies_when_its_parent_is_killed(tmp_path):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def test_stopping_leaves_no_process_of_the_group(tmp_path):
+    """Real sglang is a launcher and its scheduler / detokenizer children: stop returns only
+    when the whole group is gone, a child that ignores SIGTERM and outlives its parent too."""
+    import subprocess
+
+    from tuner.launcher import _stop_process, group_alive
+
+    child = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    leader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]);"
+            " time.sleep(60)",
+        ],
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        members = 0
+        while members < 2 and time.monotonic() < deadline:
+            members = sum(
+                1
+                for stat in Path("/proc").glob("[0-9]*/stat")
+                if stat.exists()
+                and stat.read_text().rsplit(")", 1)[1].split()[2] == str(leader.pid)
+            )
+            time.sleep(0.05)
+        assert members == 2
+        _stop_process(leader, "127.0.0.1", 0, grace_s=5.0)
+        assert not group_alive(leader.pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(leader.pid, 9)

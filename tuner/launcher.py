@@ -268,6 +268,42 @@ def _stop_process(
         os.killpg(process.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=grace_s)
+    # Real sglang is several processes (the launcher, sglang::scheduler, sglang::detokenizer);
+    # return only when none of the group is left, so the next trial finds the host as it was.
+    wait_group_gone(process.pid, grace_s)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the process group `pgid` still runs (zombies, which hold nothing
+    and wait only for their new parent to reap them, do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # a member exists but belongs to someone else
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid pgrp ...": comm may hold spaces, so split after its ")".
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def wait_group_gone(pgid: int, timeout_s: float) -> bool:
+    """Wait until process group `pgid` is empty; whether it emptied within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while group_alive(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def stop(server: RunningServer, port_wait_s: float = 30.0) -> bool:

@@ -36,6 +36,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--accept-length", type=float, default=None)
     p.add_argument("--fail-every", type=int, default=0, help="every Nth request gets HTTP 500")
     p.add_argument("--disconnect-every", type=int, default=0, help="every Nth drops mid-stream")
+    p.add_argument(
+        "--crash-on-token-above",
+        type=int,
+        default=None,
+        help="the whole process exits (as real sglang does) on a token id above this",
+    )
     p.add_argument("--old-info-only", action="store_true", help="only /get_server_info")
     p.add_argument("--no-info", action="store_true", help="neither info endpoint")
     p.add_argument("--loading", action="store_true", help="info endpoints answer 503")
@@ -96,6 +102,9 @@ def serve(args: argparse.Namespace) -> None:
             return web.json_response({"error": {"message": "injected failure"}}, status=500)
         if api == "/generate":
             ids = body.get("input_ids") or body["text"].split()
+            limit = args.crash_on_token_above
+            if limit is not None and any(isinstance(i, int) and i > limit for i in ids):
+                os._exit(1)  # like sglang's embedding IndexError: the server is gone
             max_new = body["sampling_params"]["max_new_tokens"]
         elif api == "/v1/completions":
             prompt = body["prompt"]

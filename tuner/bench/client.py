@@ -161,6 +161,14 @@ class BenchClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
+    async def reachable(self) -> bool:
+        """Whether anything still answers HTTP at the server's address (any status counts)."""
+        try:
+            await self._http.get("/health", timeout=_CONNECT_TIMEOUT_S)
+        except httpx.HTTPError:
+            return False
+        return True
+
     async def probe(self) -> ServerInfo:
         """Read /server_info (or the older /get_server_info) and set the clock's time scale.
 

@@ -104,7 +104,9 @@ def bench_command(options: BenchOptions, console: Console | None = None) -> Benc
     for table in summary_tables(result, cfg):
         console.print(table)
     errors = [r.error for r in result.records if r.error]
-    if errors:
+    if result.server_lost:
+        console.print(f"[red]{result.server_lost}[/]")
+    elif errors:
         console.print(f"[yellow]{len(errors)} request(s) failed; first: {errors[0]}[/]")
     if options.output_json is not None:
         options.output_json.write_text(json.dumps(result_json(result, cfg), indent=2) + "\n")

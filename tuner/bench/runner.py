@@ -36,6 +36,7 @@ from tuner.bench.payload import APIS, History, build_body, flatten, prompt_lengt
 from tuner.bench.records import RequestRecord, Summary
 from tuner.bench.wallclock import WallClockDispatch
 from tuner.bench.workload import Conversation, WorkloadSpec
+from tuner.engines.model_config import ModelConfigError, find_config_dir, read_config, text_config
 from tuner.errors import UserError
 
 ARRIVALS = ("poisson", "constant")
@@ -124,6 +125,7 @@ class BenchResult:
     summary: the full summary (sglang's key names) of every request that finished.
     stages: the cumulative summary after each completed stage.
     stopped_at_stage: the stage whose callback returned False, None when none did.
+    server_lost: the server stopped answering during the run (see server_lost_message).
     """
 
     summary: Summary
@@ -134,6 +136,9 @@ class BenchResult:
     time_scale: float = 1.0
     warmup_records: list[RequestRecord] = field(default_factory=list)
     server_info: dict[str, Any] = field(default_factory=dict)
+    # Set when requests failed and the server no longer answered afterwards: it died under the
+    # benchmark (a crash kills real sglang's whole process tree), one line saying so.
+    server_lost: str | None = None
 
 
 def run_bench(
@@ -156,7 +161,6 @@ async def run_bench_async(
 ) -> BenchResult:
     """`run_bench` for callers that already run an event loop."""
     clock = ModelClock()
-    conversations = cfg.workload.make_conversations()
     async with BenchClient(
         cfg.url,
         api=cfg.api,
@@ -167,12 +171,47 @@ async def run_bench_async(
     ) as client:
         info = await client.probe()
         model = cfg.model or info.model
-        warmup = cfg.workload.make_warmup(cfg.warmup_requests)
+        workload = cfg.workload
+        if workload.vocab_size is None:
+            workload = workload.with_vocab(model_vocab_size(info.raw))
+        conversations = workload.make_conversations()
+        warmup = workload.make_warmup(cfg.warmup_requests)
         warmup_records = await _Run(cfg, client, model, warmup, paced=False).warm_up()
         clock.restart()
         run = _Run(cfg, client, model, conversations, on_stage, on_progress)
         await run.measure()
-    return run.result(info.time_scale, warmup_records, info.raw)
+        failed = [r for r in [*warmup_records, *run.records] if r.error]
+        lost = None
+        if failed and not await client.reachable():
+            lost = server_lost_message(cfg.url, failed, len(run.records))
+    result = run.result(info.time_scale, warmup_records, info.raw)
+    result.server_lost = lost
+    return result
+
+
+def server_lost_message(url: str, failed: list[RequestRecord], measured: int) -> str:
+    """One line for a server that stopped answering during the run (it died or was stopped)."""
+    return (
+        f"the server at {url} stopped answering during the benchmark (it crashed or was "
+        f"stopped; its log says why): {len(failed)} request(s) failed of {measured} measured "
+        f"(warm-up included), first error: {failed[0].error}"
+    )
+
+
+def model_vocab_size(server_info: Mapping[str, Any]) -> int | None:
+    """The served model's vocabulary size from its config.json, when this host has that file
+    (a local model directory or the Hugging Face cache); None otherwise."""
+    for key in ("model_path", "tokenizer_path"):
+        path = server_info.get(key)
+        directory = find_config_dir(path) if isinstance(path, str) else None
+        if directory is None:
+            continue
+        try:
+            vocab = text_config(read_config(directory)).get("vocab_size")
+        except ModelConfigError:
+            return None
+        return vocab if isinstance(vocab, int) and not isinstance(vocab, bool) else None
+    return None
 
 
 class _Run:

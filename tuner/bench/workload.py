@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -27,7 +28,9 @@ import numpy as np
 from tuner.errors import UserError
 
 # Token ids drawn from this range are valid in every vocabulary of 32k tokens or more, and stay
-# clear of the low ids where tokenizers keep their special tokens.
+# clear of the low ids where tokenizers keep their special tokens. A smaller vocabulary (the
+# model's config.json, when the bench can read it) narrows the range to fit: an id past the
+# vocabulary makes sglang's embedding raise IndexError, which kills the whole server.
 TOKEN_ID_LOW = 1000
 TOKEN_ID_HIGH = 30000
 
@@ -116,6 +119,9 @@ class WorkloadSpec:
     user_len: int = 256
     answer_len: int = 256
     file: str | None = None
+    # Not a workload key: the model's vocabulary size, set by the bench from the model's
+    # config.json (`with_vocab`); None keeps ids in [TOKEN_ID_LOW, TOKEN_ID_HIGH).
+    vocab_size: int | None = None
 
     _DEFAULT_REQUESTS: ClassVar[int] = 200
     _DEFAULT_OUTPUT_LEN: ClassVar[int] = 256
@@ -184,6 +190,22 @@ class WorkloadSpec:
             if not Path(self.file).is_file():
                 raise UserError(f"workload file {self.file!r} does not exist or is not a file")
 
+    def with_vocab(self, vocab_size: int | None) -> WorkloadSpec:
+        """This workload with token ids drawn inside a vocabulary of `vocab_size` tokens.
+
+        Vocabularies of TOKEN_ID_HIGH tokens or more give the same prompts as before.
+        """
+        if vocab_size is not None and (isinstance(vocab_size, bool) or vocab_size < 2):
+            raise UserError(f"vocabulary size must be an integer >= 2, got {vocab_size!r}")
+        return dataclasses.replace(self, vocab_size=vocab_size)
+
+    def token_id_range(self) -> tuple[int, int]:
+        """[low, high) of the token ids of generated prompts."""
+        if self.vocab_size is None or self.vocab_size >= TOKEN_ID_HIGH:
+            return TOKEN_ID_LOW, TOKEN_ID_HIGH
+        # Keep the lowest eighth free: tokenizers put their special tokens first.
+        return min(TOKEN_ID_LOW, self.vocab_size // 8), self.vocab_size
+
     @property
     def num_requests(self) -> int:
         """How many measured requests this workload sends."""
@@ -216,7 +238,7 @@ class WorkloadSpec:
         ]
 
     def _build(self, seed: int) -> list[Conversation]:
-        rng = np.random.default_rng(seed)
+        rng = _TokenRng(seed, *self.token_id_range())
         if self.kind == "random":
             return self._random(rng)
         if self.kind == "shared-prefix":
@@ -225,7 +247,7 @@ class WorkloadSpec:
             return self._multi_turn(rng)
         return read_jsonl(Path(self.file or ""), self.output_len, self.requests)
 
-    def _random(self, rng: np.random.Generator) -> list[Conversation]:
+    def _random(self, rng: _TokenRng) -> list[Conversation]:
         n = self.num_requests
         output_len = self.output_len or self._DEFAULT_OUTPUT_LEN
         input_lens = _draw_lengths(rng, self.input_len, self.range_ratio, n)
@@ -235,7 +257,7 @@ class WorkloadSpec:
             for i, (li, lo) in enumerate(zip(input_lens, output_lens, strict=True))
         ]
 
-    def _shared_prefix(self, rng: np.random.Generator) -> list[Conversation]:
+    def _shared_prefix(self, rng: _TokenRng) -> list[Conversation]:
         output_len = self.output_len or self._DEFAULT_OUTPUT_LEN
         prefixes = [_token_ids(rng, self.system_prompt_len) for _ in range(self.groups)]
         items = [
@@ -250,7 +272,7 @@ class WorkloadSpec:
             for i, j in enumerate(order.tolist())
         ]
 
-    def _multi_turn(self, rng: np.random.Generator) -> list[Conversation]:
+    def _multi_turn(self, rng: _TokenRng) -> list[Conversation]:
         system = _token_ids(rng, self.system_prompt_len)
         return [
             Conversation(
@@ -269,13 +291,28 @@ class WorkloadSpec:
         ]
 
 
-def _draw_lengths(rng: np.random.Generator, length: int, ratio: float, n: int) -> np.ndarray:
+class _TokenRng:
+    """A seeded generator that knows the token id range of its workload."""
+
+    def __init__(self, seed: int, low: int, high: int) -> None:
+        self.generator = np.random.default_rng(seed)
+        self.low = low
+        self.high = high
+
+    def integers(self, low: int, high: int, size: int) -> np.ndarray:
+        return self.generator.integers(low, high, size=size)
+
+    def permutation(self, n: int) -> np.ndarray:
+        return self.generator.permutation(n)
+
+
+def _draw_lengths(rng: _TokenRng, length: int, ratio: float, n: int) -> np.ndarray:
     low = max(1, math.ceil(length * ratio))
     return rng.integers(low, length + 1, size=n)
 
 
-def _token_ids(rng: np.random.Generator, n: int) -> list[int]:
-    return rng.integers(TOKEN_ID_LOW, TOKEN_ID_HIGH, size=n).tolist()
+def _token_ids(rng: _TokenRng, n: int) -> list[int]:
+    return rng.integers(rng.low, rng.high, size=n).tolist()
 
 
 def read_jsonl(path: Path, default_output_len: int | None, limit: int | None) -> list[Conversation]:

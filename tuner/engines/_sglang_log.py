@@ -95,6 +95,10 @@ _OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: ou
 _RULE_FRAMES = re.compile(r"server_args\.py|arg_groups[/\\]|spec_info\.py")
 _RULE_EXCEPTIONS = ("ValueError", "AssertionError", "NotImplementedError")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
+# A flag the device cannot serve, raised while the model runner sets itself up (after the weights
+# are loaded), e.g. 0.5.23's "--kv-cache-dtype fp8_e5m2 is not supported on CPU."
+# (mem_cache/kv_cache_dtype.py): a rejected combination like any argument check.
+_UNSUPPORTED = re.compile(r"\bis not supported on\b|\bonly supported on\b", re.IGNORECASE)
 
 
 def classify_failure(log_text: str, exit_code: int | None) -> tuple[str, str]:
@@ -121,7 +125,10 @@ def classify_failure(log_text: str, exit_code: int | None) -> tuple[str, str]:
     exception = _last_exception(lines)
     if exception is not None:
         index, kind, message = exception
-        is_rule = kind in _RULE_EXCEPTIONS and _raised_by_argument_checks(lines[:index], message)
+        is_rule = kind in _RULE_EXCEPTIONS and (
+            _raised_by_argument_checks(lines[:index], message)
+            or _UNSUPPORTED.search(message) is not None
+        )
         text = f"{kind}: {message}" if message else kind
         if is_rule:
             return "startup_rule", _clip(text)
@@ -129,6 +136,16 @@ def classify_failure(log_text: str, exit_code: int | None) -> tuple[str, str]:
     last = _last_meaningful(lines)
     detail = f": {last}" if last else " with an empty log"
     return "exited_before_ready", _clip(f"{_exit_text(exit_code)}{detail}")
+
+
+def crash_cause(log_text: str) -> str | None:
+    """The exception that ended a server that had been serving (`IndexError: ...`), or None
+    when its log names none (killed from outside, say)."""
+    exception = _last_exception(log_text.splitlines())
+    if exception is None:
+        return None
+    _, kind, message = exception
+    return _clip(f"{kind}: {message}" if message else kind)
 
 
 def _raised_by_argument_checks(before: list[str], message: str) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from tuner.engines._sglang_log import READY_LINE, classify_failure, parse_capacity
+from tuner.engines._sglang_log import READY_LINE, classify_failure, crash_cause, parse_capacity
 from tuner.engines._sglang_rules import check_startup_rules
 from tuner.engines._sglang_versions import (
     CANONICAL_VERSION,
@@ -39,6 +39,7 @@ __all__ = [
     "build_server_args",
     "check_startup_rules",
     "classify_failure",
+    "crash_cause",
     "load_snapshot",
     "parse_capacity",
     "resolve_flag",
