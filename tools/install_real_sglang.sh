@@ -9,13 +9,26 @@
 # tools/real_sglang_requirements.txt with --no-deps (the CPU build of torch, sglang, and what its
 # CPU path imports), then the project's stand-ins for sgl_kernel and torchvision
 # (tests/support/sglang_cpu/) copied into site-packages. Why each is needed:
-# docs/real-sglang-cpu.md.
+# docs/real-sglang-cpu.md. It also builds the tiny Llama that search_spaces/tiny-llama-cpu.yaml
+# serves, beside the environment (~/.cache/sglang-tuner/tiny-llama by default; 1.8 MB).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${TUNER_REAL_SGLANG_VENV:-$HOME/.cache/sglang-tuner/real-sglang}"
 requirements="$repo/tools/real_sglang_requirements.txt"
 support="$repo/tests/support/sglang_cpu"
 stamp="$venv/.sglang-tuner-stamp"
+model="$(dirname "$venv")/tiny-llama"
+
+build_model() {
+    if [ ! -f "$model/config.json" ]; then
+        "$venv/bin/python" "$repo/tests/support/tiny_llama.py" "$model" >/dev/null 2>&1 || {
+            echo "real sglang: building the tiny model failed:" >&2
+            "$venv/bin/python" "$repo/tests/support/tiny_llama.py" "$model" >&2
+            exit 1
+        }
+        echo "real sglang: tiny model in $model" >&2
+    fi
+}
 
 fingerprint() {
     {
@@ -28,6 +41,7 @@ fingerprint() {
 wanted="$(fingerprint)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ] && [ -x "$venv/bin/python" ]; then
     echo "real sglang: reusing $venv" >&2
+    build_model
     echo "$venv/bin/python"
     exit 0
 fi
@@ -50,5 +64,7 @@ SGLANG_USE_CPU_ENGINE=1 "$venv/bin/python" -c \
     exit 1
 }
 echo "$wanted" >"$stamp"
+rm -rf "$model"  # built again by this environment's transformers and tokenizers
+build_model
 echo "real sglang: installed in $(($(date +%s) - started)) s" >&2
 echo "$venv/bin/python"

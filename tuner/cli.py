@@ -67,6 +67,16 @@ def optimize(
         None, "--study", help="Study name (default: the space's name)."
     ),
     engine: str = typer.Option("sim", "--engine", help="sim (simulated server) or sglang."),
+    engine_python: str | None = typer.Option(
+        None,
+        "--engine-python",
+        help="--engine sglang: the Python that runs sglang (default: the space's, else this one).",
+    ),
+    engine_env: list[str] = typer.Option(
+        [],
+        "--engine-env",
+        help="--engine sglang: KEY=VALUE for the server's environment (repeatable).",
+    ),
     storage: str | None = typer.Option(
         None, "--storage", help="Optuna storage URL or journal file (default: studies/<study>.db)."
     ),
@@ -133,7 +143,7 @@ def optimize(
 ) -> None:
     """Run (or resume) a study: sample launch flags, launch, benchmark, prune, record."""
     from tuner.optimize.command import run_optimize
-    from tuner.study.options import StudyOptions
+    from tuner.study.options import StudyOptions, parse_engine_env
 
     options = StudyOptions(
         trials=trials,
@@ -141,6 +151,8 @@ def optimize(
         study_name=study,
         storage=storage,
         engine=engine,
+        engine_python=engine_python,
+        engine_env=parse_engine_env(engine_env),
         timeout_s=timeout,
         seed=seed,
         sampler=sampler,

@@ -113,8 +113,18 @@ def nvml_compute_processes(indices: Sequence[int]) -> int | None:
         return None
 
 
-def installed_sglang() -> str | None:
-    """The installed sglang's release, or None when it is not installed."""
+def installed_sglang(python: str | None = None) -> str | None:
+    """The installed sglang's release, or None when it is not installed.
+
+    With `python` (another environment's interpreter, the engine's), that environment is asked.
+    """
+    if python is not None and python != sys.executable:
+        script = "import importlib.metadata as m; print(m.version('sglang'))"
+        try:
+            out = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() or None if out.returncode == 0 else None
     try:
         return importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:

@@ -42,6 +42,8 @@ class LaunchTarget:
     gpus: str | None = None
     api_key: str | None = None
     ready_timeout_s: float = 900.0
+    python: str = sys.executable  # the interpreter that runs `module` (another venv's, say)
+    env: tuple[tuple[str, str], ...] = ()  # set in the server's environment, over the tuner's
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class LaunchSpec:
     api_key: str | None = None  # passed through the environment variable, never logged
     ready_timeout_s: float = 900.0
     python: str = sys.executable
+    env: dict[str, str] = field(default_factory=dict)  # over the tuner's environment
 
     def argv(self, port: int) -> list[str]:
         argv = [self.python, "-m", self.module, *self.server_args, *self.extra_args]
@@ -155,7 +158,7 @@ def start(
         raise LaunchError(PORT_IN_USE, f"port {port} on {spec.host} is still in use")
 
     spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
+    env = {**os.environ, **spec.env}
     if spec.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = spec.gpus
     argv = spec.argv(port)
@@ -163,6 +166,8 @@ def start(
         # sglang reads --api-key only from argv; keep the key out of the log we write.
         argv += ["--api-key", spec.api_key]
     log: IO[bytes] = spec.log_path.open("wb")
+    if spec.env:
+        log.write(("# env: " + " ".join(f"{k}={v}" for k, v in spec.env.items()) + "\n").encode())
     log.write(("# " + " ".join(spec.argv(port)) + "\n").encode())
     log.flush()
     started = time.monotonic()

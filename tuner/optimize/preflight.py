@@ -25,14 +25,15 @@ from tuner.study.run import Run
 def preflight(console: Console, run: Run, dry_run: bool) -> bool:
     """Print the cost (and with `dry_run` the first configurations); True when it was a dry run."""
     space, options = run.space, run.options
-    if options.engine == "sglang" and dry_run and version_check.installed_sglang() is None:
+    python = run.target.python
+    if options.engine == "sglang" and dry_run and version_check.installed_sglang(python) is None:
         console.print(
             "note: --engine sglang: sglang is not installed here; a dry run goes on",
             markup=False,
             soft_wrap=True,
         )
     elif options.engine == "sglang":
-        version_check.check_installed_sglang(space)
+        version_check.check_installed_sglang(space, python=python)
     cost = study_cost(run, done=_launched(run))
 
     def say(line: str) -> None:

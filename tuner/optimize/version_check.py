@@ -25,12 +25,17 @@ from tuner.space.load import space_from_dict
 from tuner.space.model import SearchSpace
 
 
-def check_installed_sglang(space: SearchSpace, out_dir: Path = Path()) -> None:
-    installed = installed_sglang()
+def check_installed_sglang(
+    space: SearchSpace, out_dir: Path = Path(), python: str | None = None
+) -> None:
+    """`python`: the interpreter that runs sglang (None: the tuner's own)."""
+    installed = installed_sglang(python)
     if installed is None:
+        where = f"for {python}" if python else "here"
         raise UserError(
-            "--engine sglang: sglang is not installed here; on a GPU host run "
-            "pip install -e '.[sglang]', or drop --engine to use the simulator"
+            f"--engine sglang: sglang is not installed {where}; on a GPU host run "
+            "pip install -e '.[sglang]', on a CPU tools/install_real_sglang.sh with "
+            "--engine-python, or drop --engine to use the simulator"
         )
     if _base(installed) == _base(space.engine_version):
         return

@@ -122,6 +122,18 @@ def render_launch_script(argv: Sequence[str], trial: TrialRecord, meta: StudyMet
     """A bash script that execs the server with `argv`; host, port and key from the environment."""
     header = "\n".join(f"#   {line}" for line in _summary_lines(trial, meta, how))
     flags = "\n".join(f"    {_shell_args(group)}" for group in _flag_groups(argv))
+    # The study's server ran with this interpreter and these variables (a CPU install, say).
+    default_python = meta.engine_python or "python3"
+    engine_env = ""
+    if meta.engine_env:
+        lines = [
+            f'export {key}="${{{key}:-{_double_quoted(value)}}}"' for key, value in meta.engine_env
+        ]
+        engine_env = (
+            "\n# The environment the study's server had (a value already set here wins).\n"
+            + "\n".join(lines)
+            + "\n"
+        )
     version_check = ""
     if meta.sglang_version:
         version_check = f"""
@@ -143,14 +155,14 @@ fi
 #   SGLANG_HOST           address to bind (default {DEFAULT_HOST})
 #   SGLANG_PORT           port (default {DEFAULT_PORT})
 #   SGLANG_API_KEY        API key clients must send (default: none)
-#   SGLANG_PYTHON         Python interpreter (default python3)
+#   SGLANG_PYTHON         Python interpreter (default {default_python})
 #   SGLANG_LAUNCH_MODULE  module to run (default {LAUNCH_MODULE}; tuner.sim runs the simulator)
 # Arguments given to this script are passed on to the server after the tuned flags.
 set -euo pipefail
 
-python="${{SGLANG_PYTHON:-python3}}"
+python="${{SGLANG_PYTHON:-{shlex.quote(default_python)}}}"
 module="${{SGLANG_LAUNCH_MODULE:-{LAUNCH_MODULE}}}"
-{version_check}
+{engine_env}{version_check}
 args=(
 {flags}
 )
@@ -161,6 +173,11 @@ fi
 
 exec "$python" -m "$module" "${{args[@]}}" "$@"
 """
+
+
+def _double_quoted(value: str) -> str:
+    """`value` safe inside a double-quoted bash word."""
+    return "".join("\\" + c if c in '"$`\\' else c for c in value)
 
 
 def render_config_yaml(

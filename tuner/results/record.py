@@ -8,6 +8,8 @@ Study user attrs (set once when the study is created or resumed):
     STUDY_SPACE_FILE     path of the search-space file, as given
     STUDY_ENGINE         "sim" or "sglang"
     STUDY_SGLANG_VERSION sglang version whose flag names the argv uses, e.g. "0.5.23"
+    STUDY_ENGINE_PYTHON  the interpreter that ran sglang, STUDY_ENGINE_ENV the environment
+                         variables its server got (--engine sglang; the export script uses both)
     STUDY_OBJECTIVES     [{"metric": "output_throughput", "direction": "maximize"},
                           {"metric": "median_tpot_ms", "direction": "minimize"}]
     STUDY_SLOS           [{"metric": "p99_ttft_ms", "op": "<=", "limit": 2000.0}, ...]
@@ -66,6 +68,8 @@ STUDY_SPACE = "space"
 STUDY_SPACE_FILE = "space_file"
 STUDY_ENGINE = "engine"
 STUDY_SGLANG_VERSION = "sglang_version"
+STUDY_ENGINE_PYTHON = "engine_python"  # the interpreter that ran sglang (--engine sglang)
+STUDY_ENGINE_ENV = "engine_env"  # {KEY: VALUE} the server's environment had on top
 STUDY_OBJECTIVES = "objectives"
 STUDY_SLOS = "slos"
 STUDY_STOPPED = "stopped"

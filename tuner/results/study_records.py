@@ -56,6 +56,8 @@ class StudyMeta:
     sglang_version: str | None
     objectives_given: bool = True  # False when DEFAULT_OBJECTIVES had to be assumed
     goal: str | None = None  # `tuner optimize --goal`: the pick `tuner export` defaults to
+    engine_python: str | None = None  # the interpreter that ran sglang (--engine sglang)
+    engine_env: tuple[tuple[str, str], ...] = ()  # the server's extra environment variables
 
     @property
     def directions(self) -> tuple[str, str]:
@@ -151,6 +153,8 @@ def read_study_meta(study: optuna.Study) -> StudyMeta:
         sglang_version=attrs.get(record.STUDY_SGLANG_VERSION),
         objectives_given=objectives_given,
         goal=attrs.get(record.STUDY_GOAL),
+        engine_python=attrs.get(record.STUDY_ENGINE_PYTHON),
+        engine_env=tuple(sorted((attrs.get(record.STUDY_ENGINE_ENV) or {}).items())),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from typing import Any
 
@@ -71,7 +72,8 @@ def check_space(raw: SpaceFile, default_name: str) -> SearchSpace:
     return SearchSpace(
         name=name,
         engine=raw.engine,
-        model_path=raw.model_path,
+        # `~/...` names a local directory (sglang would take the text for a hub id).
+        model_path=os.path.expanduser(raw.model_path),
         fixed_flags=dict(raw.fixed_flags),
         sim=dict(raw.sim),
         params=params,

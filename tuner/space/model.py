@@ -10,6 +10,7 @@ The YAML file format is described in tuner/space/load.py.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -22,11 +23,13 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
+    field_validator,
 )
 
 from tuner.results.goals import DEFAULT_OBJECTIVES, MAXIMIZE, MINIMIZE, Slo
 from tuner.space.derive import evaluate, expression_names
 
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 Scalar = StrictBool | StrictInt | StrictFloat | StrictStr | None
 Number = StrictInt | StrictFloat
 
@@ -75,10 +78,35 @@ class BenchSettings(BaseModel):
 
 
 class EngineSpec(BaseModel):
+    """Which sglang the space is written for, and how `--engine sglang` runs it.
+
+    python: the interpreter that runs `-m sglang.launch_server` (None: the tuner's own; `~` and
+    $VARS are expanded), e.g. a CPU install made by tools/install_real_sglang.sh.
+    env: environment variables the server gets on top of the tuner's (e.g. sglang's CPU mode,
+    SGLANG_USE_CPU_ENGINE=1). Both are ignored by the simulator.
+    """
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: Literal["sglang"] = "sglang"
     version: StrictStr = "0.5.23"
+    python: StrictStr | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_as_text(cls, value: object) -> object:
+        # YAML reads `SGLANG_CPU_OMP_THREADS_BIND: 0` as a number; the environment holds text.
+        if not isinstance(value, Mapping):
+            return value
+        out: dict[object, object] = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or not ENV_NAME.fullmatch(key):
+                raise ValueError(f"{key!r} is not an environment variable name")
+            if isinstance(item, bool) or not isinstance(item, str | int | float):
+                raise ValueError(f"{key}: the value must be text or a number, got {item!r}")
+            out[key] = str(item)
+        return out
 
 
 class ParamSpec(BaseModel):

@@ -418,7 +418,10 @@ def make_guide(space: SearchSpace, host: HostFacts, settings: GuideSettings) -> 
     estimator = None
     if settings.warm_start:
         spec = gpu_spec(host.gpu_name)
-        if spec is None:
+        if host.gpu_name is None:
+            # A CPU host (sglang's CPU mode) or no nvidia-ml-py: nothing to estimate from.
+            _log.warning("no GPU found (NVML): no model-guided start; the sampler alone")
+        elif spec is None:
             _log.warning(
                 "GPU %r is not in the spec table (tuner/predict/gpu_specs.py: %s): no "
                 "model-guided start; the study runs on the sampler alone",

@@ -98,6 +98,10 @@ def ensure_study_attrs(study: optuna.Study, run: Run) -> None:
         )
     if run.options.goal and attrs.get(record.STUDY_GOAL) != run.options.goal:
         study.set_user_attr(record.STUDY_GOAL, run.options.goal)  # what export picks by
+    if run.options.engine == "sglang":
+        # What the last run served with: the export script starts sglang the same way.
+        study.set_user_attr(record.STUDY_ENGINE_PYTHON, run.target.python)
+        study.set_user_attr(record.STUDY_ENGINE_ENV, dict(run.target.env))
 
 
 def queue_baseline_and_retries(study: optuna.Study, baseline: Baseline | None = None) -> None:

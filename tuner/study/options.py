@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import optuna
@@ -10,6 +10,7 @@ import optuna
 from tuner.errors import UserError
 from tuner.results.goals import goal_named
 from tuner.results.storage import DEFAULT_STUDIES_DIR
+from tuner.space.model import ENV_NAME
 from tuner.study.sampler import SAMPLERS
 from tuner.study.stopping import StopRule
 from tuner.trial.pruning import StagePrunerConfig
@@ -24,6 +25,10 @@ class StudyOptions:
     study_name: str | None = None
     storage: str | None = None
     engine: str = "sim"
+    # --engine sglang only: the interpreter that runs sglang and extra environment variables
+    # for the server (over the space's engine.python / engine.env); None / {}: the space's.
+    engine_python: str | None = None
+    engine_env: dict[str, str] = field(default_factory=dict)
     timeout_s: float | None = None
     seed: int | None = None
     sampler: str = "tpe"
@@ -91,8 +96,25 @@ def check_options(options: StudyOptions) -> None:
             f"--min-gain {options.min_gain:g}: give a share from 0 (off: run every trial) to "
             "below 1, e.g. 0.01 to stop when the rest is unlikely to gain 1%"
         )
+    if options.engine != "sglang" and (options.engine_python or options.engine_env):
+        given = "--engine-python" if options.engine_python else "--engine-env"
+        raise UserError(f"{given} applies to --engine sglang only: drop it, or add --engine sglang")
     if options.time_scale is not None and options.engine != "sim":
         raise UserError(
             f"--time-scale {options.time_scale} applies to the simulator only: drop it, "
             "or use --engine sim"
         )
+
+
+def parse_engine_env(items: list[str]) -> dict[str, str]:
+    """`--engine-env KEY=VALUE` options as a mapping; a malformed one is a UserError."""
+    env: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not ENV_NAME.fullmatch(key):
+            raise UserError(
+                f"--engine-env {item!r}: give KEY=VALUE with an environment variable name, "
+                "e.g. --engine-env SGLANG_USE_CPU_ENGINE=1"
+            )
+        env[key] = value
+    return env

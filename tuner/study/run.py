@@ -13,11 +13,13 @@ facts, never the options they came from. Worker processes receive the resolved r
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from tuner.engines import sglang as engine
+from tuner.errors import UserError
 from tuner.host import HostFacts, read_host_facts
 from tuner.launcher import LaunchTarget
 from tuner.predict.capacity_bound import running_capacity
@@ -86,6 +88,8 @@ def launch_target(space: SearchSpace, options: StudyOptions) -> LaunchTarget:
             gpus=options.gpus,
             api_key=api_key,
             ready_timeout_s=options.ready_timeout_s or 1800.0,
+            python=engine_python(options.engine_python or space.engine.python),
+            env=tuple({**space.engine.env, **options.engine_env}.items()),
         )
     sim = dict(space.sim or {})
     if options.time_scale is not None:
@@ -99,6 +103,21 @@ def launch_target(space: SearchSpace, options: StudyOptions) -> LaunchTarget:
         api_key=api_key,
         ready_timeout_s=options.ready_timeout_s or 60.0,
     )
+
+
+def engine_python(given: str | None) -> str:
+    """The interpreter that runs sglang: `given` (`~` and $VARS expanded) or the tuner's own.
+
+    A path that is not an executable file is a UserError naming it."""
+    if not given:
+        return sys.executable
+    path = Path(os.path.expandvars(os.path.expanduser(given)))
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise UserError(
+            f"engine python {given!r}: no executable file there (for sglang on a CPU, "
+            "tools/install_real_sglang.sh installs one and prints its path)"
+        )
+    return str(path)
 
 
 def sim_args(sim: dict[str, Any]) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any, Protocol
 
 from tuner.bench import BenchConfig, WorkloadSpec, run_bench
 from tuner.engines import sglang as engine
-from tuner.launcher import LaunchSpec, LaunchTarget, launch
+from tuner.launcher import LaunchSpec, LaunchTarget, RunningServer, launch
 from tuner.space.model import SearchSpace
 
 StageHook = Callable[[int, dict[str, Any]], bool]  # (stage, summary so far) -> go on?
@@ -26,8 +27,9 @@ class Measurement:
     summary: dict[str, Any]
     duration_s: float  # modelled seconds of benchmark
     stopped_at_stage: int | None  # the stage hook said stop
-    died: bool  # the server exited during the benchmark
+    died: bool  # the server exited (or stopped answering) during the benchmark
     launch_s: float
+    died_cause: str | None = None  # the exception its log ends with, when it died
 
 
 class Measurer(Protocol):
@@ -58,6 +60,8 @@ class LaunchAndMeasure:
             gpus=target.gpus,
             api_key=target.api_key,
             ready_timeout_s=target.ready_timeout_s,
+            python=target.python,
+            env=dict(target.env),
         )
         bench = self.space.bench
         with launch(spec, engine.classify_failure, engine.READY_LINE) as server:
@@ -83,22 +87,36 @@ class LaunchAndMeasure:
             try:
                 result = run_bench(config, on_stage=hook)
             except Exception as exc:  # unreachable, or the server broke the protocol / died
+                died = not server.alive()
                 return Measurement(
                     capacity=capacity,
                     summary={"completed": 0, "error": f"{type(exc).__name__}: {exc}"},
                     duration_s=0.0,
                     stopped_at_stage=None,
-                    died=not server.alive(),
+                    died=died,
                     launch_s=server.launch_s,
+                    died_cause=_died_cause(server) if died else None,
                 )
+            # Real sglang takes seconds to tear its process tree down after a crash: a server
+            # that stopped answering counts as dead even while its launcher still runs.
+            died = not server.alive() or result.server_lost is not None
             return Measurement(
                 capacity=capacity,
                 summary=dict(result.summary),
                 duration_s=float(result.duration_s),
                 stopped_at_stage=result.stopped_at_stage,
-                died=not server.alive(),
+                died=died,
                 launch_s=server.launch_s,
+                died_cause=_died_cause(server) if died else None,
             )
+
+
+def _died_cause(server: RunningServer) -> str | None:
+    # The crash is written while the process tree comes down: give it a moment to be logged.
+    deadline = time.monotonic() + 10.0
+    while server.alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return engine.crash_cause(server.log_text())
 
 
 def _capacity_from_server_info(info: dict[str, Any]) -> dict[str, Any]:

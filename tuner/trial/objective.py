@@ -204,7 +204,11 @@ class TrialObjective:
             trial.set_user_attr(
                 record.FAILURE_CLASS, "died_during_benchmark" if died else "benchmark_failed"
             )
-            message = "server died during the benchmark" if died else bench_failure_message(summary)
+            if died:
+                cause = result.died_cause
+                message = "server died during the benchmark" + (f": {cause}" if cause else "")
+            else:
+                message = bench_failure_message(summary)
             trial.set_user_attr(record.FAILURE_MSG, message)
             constraints["launch"] = 1.0
             record.set_constraints(trial, constraints)
