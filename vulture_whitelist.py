@@ -84,3 +84,5 @@ _.decoder
 _.model_max_length
 # Called by real sglang in CPU mode (tests/support/sglang_cpu/sgl_kernel).
 assign_req_to_token_pool_cpu
+# A pydantic validator, called by pydantic (tuner/space/model.py).
+_env_as_text

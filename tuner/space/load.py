@@ -3,7 +3,9 @@
 File format (every key but `model_path`, `params` and `workload` is optional)::
 
     name: qwen3.6-27b-mtp-hicache          # default study name; letters, digits, . _ -
-    engine: {name: sglang, version: "0.5.23"}        # sglang version whose flag names are used
+    engine: {name: sglang, version: "0.5.23"}        # sglang version whose flag names are used;
+                                           # optional python: (interpreter that runs sglang)
+                                           # and env: {KEY: VALUE} for the server
     model_path: Qwen/Qwen3.6-27B           # passed as --model-path
     fixed_flags: {enable_metrics: true}    # always passed; same value rules as build_server_args
     sim: {hardware: rtx-pro-6000-blackwell, model: qwen3.6-27b, time_scale: 50}
