@@ -42,7 +42,7 @@ def test_fast_run_writes_well_formed_figures(tmp_path):
     plot = _can_plot()
     argv = [sys.executable, str(SCRIPT), "--fast", "--out", str(tmp_path)]
     run = subprocess.run(
-        argv + ([] if plot else ["--no-plot"]), capture_output=True, text=True, timeout=240
+        argv + ([] if plot else ["--no-plot"]), capture_output=True, text=True, timeout=600
     )
     assert run.returncode == 0, run.stderr[-3000:]
     data = json.loads((tmp_path / "tuner_quality.json").read_text())
