@@ -63,7 +63,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +117,8 @@ class Method:
     polish: bool = False  # neighbours of the best trial from trial 24
     wrong_estimate: bool = False  # bandwidth x0.6, acceptance x0.7, prefix cache ignored
     needs_torch: bool = False  # GPSampler: run only when asked for (--methods), with PyTorch
+    estimate: bool = True  # False: the GPU is not in the spec table, so no estimate at all
+    guide: tuple[tuple[str, Any], ...] = ()  # GuideConfig fields changed (variants compared)
 
 
 _DEFAULTS = StudyOptions()  # what `tuner optimize` does without options
@@ -149,6 +151,38 @@ METHODS = (
         "tpe-no-feasibility", "default, no feasibility model", "tpe", True, False, True, True, True
     ),
     Method("random", "random search", "random", False, False),
+    Method(
+        "model-free",
+        "default with no estimate (GPU not in the spec table): TPE + local search",
+        "tpe",
+        True,
+        True,
+        warm_start=True,
+        polish=True,
+        estimate=False,
+    ),
+    Method(
+        "model-free-75",
+        "no estimate, 3 in 4 trials the local search's",
+        "tpe",
+        True,
+        True,
+        warm_start=True,
+        polish=True,
+        estimate=False,
+        guide=(("polish_share", 0.75),),
+    ),
+    Method(
+        "model-free-polish",
+        "no estimate, the former polish (random neighbours of the best from trial 24)",
+        "tpe",
+        True,
+        True,
+        warm_start=True,
+        polish=True,
+        estimate=False,
+        guide=(("local", False), ("polish_from", 24), ("polish_share", 0.5)),
+    ),
     Method(
         "gp",
         "GP + warm start + polish + pruning + feasibility",
@@ -475,6 +509,8 @@ def run_study(
         polish=method.polish,
     )
     host = host_facts(space)
+    if not method.estimate:
+        host = replace(host, gpu_name="a GPU not in the spec table")
     model_memory, gpu_gb = (host.model, host.gpu_memory_gb) if method.feasibility else (None, None)
     objective = TrialObjective(
         ObjectiveConfig(
@@ -499,6 +535,8 @@ def run_study(
     if method.baseline:
         queue_baseline_and_retries(study, lambda: default_trial_params(space, model_memory, gpu_gb))
     guide = make_guide(space, host, GuideSettings.of(options))
+    if guide is not None and method.guide:
+        guide.config = replace(guide.config, **dict(method.guide))
     if guide is not None and guide.estimator is not None and method.wrong_estimate:
         guide.estimator.bias = Calibration(0.6, prefill_fraction=1.0, accept_rate=0.7)
         guide.estimator.calibration = Calibration(prefix_reuse=0.0)

@@ -27,7 +27,7 @@ import logging
 import math
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import optuna
@@ -40,6 +40,7 @@ from tuner.results import record
 from tuner.space.derive import evaluate
 from tuner.space.model import ParamSpec, SearchSpace, same_value
 from tuner.study.budget import measured_count
+from tuner.study.local_search import LocalSearch
 from tuner.study.options import StudyOptions
 
 _log = logging.getLogger(__name__)
@@ -49,7 +50,9 @@ _log = logging.getLogger(__name__)
 class GuideConfig:
     warm_start: int = 4  # trials after the default picked by the estimate (0: none)
     polish_from: int = 24  # measured trials before the polish starts (0: never)
-    polish_every: int = 2  # then one trial in this many is a neighbour of the best
+    # Then this share of the trials is the local search's (tuner/study/local_search.py).
+    polish_share: float = 0.5
+    local: bool = True  # the polish is the local search; False: a random neighbour of the best
     estimate_every: int = 4  # between the two, one trial in this many is the estimate's (0: none)
     candidates: int = 3000  # random configurations the estimate ranks
     # Each number of a candidate is one of its range's ends this often: optima sit there often
@@ -73,6 +76,7 @@ class Guide:
         self._candidates: list[dict[str, Any]] | None = None
         self._seen: dict[tuple[Any, ...], dict[str, Any]] = {}  # configurations the climbs scored
         self._fitted_on = -1
+        self._local = LocalSearch(space, seed=seed)
 
     # -- the hook --------------------------------------------------------------------------
 
@@ -104,11 +108,16 @@ class Guide:
             if params is not None:
                 self._enqueue(study, params, "estimate")
             return
-        polish_turn = (measured - cfg.polish_from) % max(cfg.polish_every, 1) == 0
-        if cfg.polish_from and measured >= cfg.polish_from and polish_turn:
+        if cfg.polish_from and measured >= cfg.polish_from and self._polish_turn(measured):
             params = self._polish(trials, tried)
             if params is not None:
                 self._enqueue(study, params, "polish")
+
+    def _polish_turn(self, measured: int) -> bool:
+        """`polish_share` of the trials from `polish_from` on, spread evenly."""
+        done = measured - self.config.polish_from
+        share = self.config.polish_share
+        return math.floor((done + 1) * share) > math.floor(done * share)
 
     def first_picks(self, count: int) -> list[dict[str, Any]]:
         """The warm start's first picks as the estimate ranks them before anything is measured
@@ -213,6 +222,14 @@ class Guide:
     def _polish(
         self, trials: list[FrozenTrial], tried: set[tuple[Any, ...]]
     ) -> dict[str, Any] | None:
+        if self.config.local:
+            rank = None
+            if self.estimator is not None:
+                self._refit(trials)
+                estimator = self.estimator
+                rank = lambda params: estimator.score(self._flags(params))  # noqa: E731
+            self._local.rank = rank
+            return self._local.propose(trials, tried)
         feasible = [
             t
             for t in trials
@@ -393,8 +410,10 @@ def make_guide(space: SearchSpace, host: HostFacts, settings: GuideSettings) -> 
             _log.warning("no config.json for %s: no model-guided start", space.model_path)
         else:
             estimator = Estimator(space, host.model, spec, host.gpu_memory_gb or spec.memory_gb)
-    config = GuideConfig(
-        warm_start=GuideConfig.warm_start if estimator is not None else 0,
-        polish_from=GuideConfig.polish_from if settings.polish else 0,
-    )
+    if estimator is not None:
+        config = GuideConfig(polish_from=GuideConfig.polish_from if settings.polish else 0)
+    else:
+        # Nothing to start from but what is measured: the local search from trial 1 on.
+        config = GuideConfig(warm_start=0, polish_from=1 if settings.polish else 0)
+    config = replace(config, polish_share=0.5)
     return Guide(space, estimator, config, seed=settings.seed)
