@@ -81,6 +81,7 @@ from tuner.space.model import ParamSpec, SearchSpace, suggest_flags
 from tuner.study.baseline import default_trial_params
 from tuner.study.budget import SpaceMostlyInfeasible, is_free
 from tuner.study.guide import GuideSettings, make_guide
+from tuner.study.local_search import LocalSearchConfig
 from tuner.study.loop import (
     _ensure_study_attrs,
     queue_baseline_and_retries,
@@ -171,6 +172,17 @@ METHODS = (
         polish=True,
         estimate=False,
         guide=(("polish_share", 0.75),),
+    ),
+    Method(
+        "model-free-no-trend",
+        "no estimate, local search without the regression of ranks",
+        "tpe",
+        True,
+        True,
+        warm_start=True,
+        polish=True,
+        estimate=False,
+        guide=(("local_search", LocalSearchConfig(trend_weight=0.0)),),
     ),
     Method(
         "model-free-polish",

@@ -27,7 +27,7 @@ import logging
 import math
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
@@ -40,7 +40,7 @@ from tuner.results import record
 from tuner.space.derive import evaluate
 from tuner.space.model import ParamSpec, SearchSpace, same_value
 from tuner.study.budget import measured_count
-from tuner.study.local_search import LocalSearch
+from tuner.study.local_search import LocalSearch, LocalSearchConfig
 from tuner.study.options import StudyOptions
 
 _log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ class GuideConfig:
     # Then this share of the trials is the local search's (tuner/study/local_search.py).
     polish_share: float = 0.5
     local: bool = True  # the polish is the local search; False: a random neighbour of the best
+    local_search: LocalSearchConfig = field(default_factory=LocalSearchConfig)
     estimate_every: int = 4  # between the two, one trial in this many is the estimate's (0: none)
     candidates: int = 3000  # random configurations the estimate ranks
     # Each number of a candidate is one of its range's ends this often: optima sit there often
@@ -117,7 +118,7 @@ class Guide:
         """`polish_share` of the trials from `polish_from` on, spread evenly."""
         done = measured - self.config.polish_from
         share = self.config.polish_share
-        return math.floor((done + 1) * share) > math.floor(done * share)
+        return math.ceil((done + 1) * share) > math.ceil(done * share)
 
     def first_picks(self, count: int) -> list[dict[str, Any]]:
         """The warm start's first picks as the estimate ranks them before anything is measured
@@ -229,6 +230,7 @@ class Guide:
                 estimator = self.estimator
                 rank = lambda params: estimator.score(self._flags(params))  # noqa: E731
             self._local.rank = rank
+            self._local.config = self.config.local_search
             return self._local.propose(trials, tried)
         feasible = [
             t

@@ -48,6 +48,10 @@ class LocalSearchConfig:
     better_bonus: float = 1.0  # levels a move gains when the same move made a trial better
     restarts: int = 3  # how many of the next best trials to move from once the best is done
     branch_offset: float = 1.0  # levels a move from another branch's best waits
+    # Levels a move gains per unit of predicted gain in rank (0-1) by a ridge regression of
+    # every finished trial's rank on its params (0: off); from `trend_from` trials on.
+    trend_weight: float = 3.0
+    trend_from: int = 5
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class LocalSearch:
         self.config = config or LocalSearchConfig()
         self.rng = random.Random(seed)
         self.rank = rank  # an estimate's score of a configuration (higher is better), if any
+        self._trend: Trend | None = None
 
     def propose(self, trials: Sequence[FrozenTrial], tried: set[tuple[Any, ...]]) -> Params | None:
         """The next configuration to measure, one move from the best trial or from the best of
@@ -79,6 +84,9 @@ class LocalSearch:
             return None
         scored.sort(key=lambda ts: ts[1], reverse=True)
         effects = _move_effects(self.space, trials)
+        self._trend = Trend.fit(self.space, trials) if self.config.trend_weight else None
+        if self._trend is not None and self._trend.size < self.config.trend_from:
+            self._trend = None
         best = scored[0][0]
         options = self._from(best, scored, effects, tried)
         for branch, name in self._branches(best, scored):
@@ -96,7 +104,8 @@ class LocalSearch:
     ) -> list[tuple[FrozenTrial, str]]:
         """(the best trial that differs from `best` only in another choice of a categorical
         param that switches others on, and in those others; that param): its own params are
-        searched for a while, since one setting of them seldom shows what the branch can do."""
+        searched for a while (its own params first), since one setting of them seldom shows what
+        the branch can do, nor do the other params' values of the best outside it."""
         out = []
         for name, spec in self.space.params.items():
             if spec.kind != "categorical" or name not in best.params:
@@ -126,23 +135,30 @@ class LocalSearch:
         branch's param stays, its own params first."""
         params = dict(base.params)
         extension = _extension(self.space, base, scored)
+        here = self._trend.predict(params) if self._trend is not None else 0.0
         options: list[tuple[float, float, float, Params]] = []
         for move in moves(self.space, params):
-            own = keep is not None and keep in self.space.params[move.param].when
-            if keep is not None and not own:
+            if move.param == keep:
                 continue
             candidate = self._apply(params, move, scored)
             if key(candidate) in tried:
                 continue
             priority = move.level
             if keep is not None:
-                priority += self.config.branch_offset
+                own = keep in self.space.params[move.param].when
+                priority += self.config.branch_offset - (1.0 if own else 0.0)
             effect = effects.get((move.param, repr(params.get(move.param)), repr(move.value)))
             if effect is not None:
                 priority += self.config.worse_penalty if effect < 0 else -self.config.better_bonus
-            if extension is not None and move.param == extension[0]:
-                if _same_direction(params[move.param], move.value, extension[1]):
-                    priority -= 10  # the way that just paid off, further
+            if (
+                extension is not None
+                and move.param == extension[0]
+                and _same_direction(params[move.param], move.value, extension[1])
+            ):
+                priority -= 10  # the way that just paid off, further
+            if self._trend is not None:
+                gain = self._trend.predict(candidate) - here
+                priority -= self.config.trend_weight * gain
             rank = -self.rank(candidate) if self.rank is not None else 0.0
             options.append((priority, rank, self.rng.random(), candidate))
         return options
@@ -249,7 +265,7 @@ def snap(spec: ParamSpec, value: float) -> Any:
             text = f"{step:.10f}".rstrip("0")
             return round(value, len(text.split(".")[1]) if "." in text else 0)
     if spec.kind == "int":
-        return int(round(value))
+        return round(value)
     return float(value)
 
 
@@ -331,7 +347,9 @@ def _move_effects(
     for t in finished:
         for name in t.params:
             if name in space.params and space.params[name].kind != "derived":
-                rest = {k: v for k, v in t.params.items() if k != name and not _child(space, k, name)}
+                rest = {
+                    k: v for k, v in t.params.items() if k != name and not _child(space, k, name)
+                }
                 by_rest.setdefault((name, key(rest)), []).append(t)
     effects: dict[tuple[str, str, str], float] = {}
     for (name, _rest), group in by_rest.items():
@@ -373,3 +391,70 @@ def _extension(
 
 def _same_direction(current: float, target: float, previous: float) -> bool:
     return (current - previous) * (target - current) > 0
+
+
+class Trend:
+    """A ridge regression of the finished trials' ranks (crashed and skipped lowest, then by
+    `standing`) on their params: numbers scaled to 0-1 (log ranges in log), one column per
+    categorical choice. Fitted jointly, so a choice the sampler happened to draw with bad
+    values of other params is not blamed for them, as a per-param average would."""
+
+    def __init__(self, space: SearchSpace, columns: list[tuple[str, Any]], weights: Any) -> None:
+        self.space = space
+        self.columns = columns
+        self.weights = weights
+        self.size = 0
+
+    @classmethod
+    def fit(cls, space: SearchSpace, trials: Sequence[FrozenTrial], ridge: float = 1.0) -> Trend:
+        import numpy as np
+
+        finished = [
+            t
+            for t in trials
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+            and record.DUPLICATE_OF not in t.user_attrs
+            and t.params
+        ]
+        columns: list[tuple[str, Any]] = []
+        for name, spec in space.params.items():
+            if spec.kind == "categorical":
+                columns += [(name, c) for c in (spec.choices or ())]
+            elif spec.kind in ("int", "float"):
+                columns.append((name, None))
+        trend = cls(space, columns, np.zeros(len(columns) + 1))
+        trend.size = len(finished)
+        if len(finished) < 2:
+            return trend
+        order = sorted(range(len(finished)), key=lambda i: _outcome(finished[i]))
+        y = np.empty(len(finished))
+        y[order] = np.arange(len(finished)) / (len(finished) - 1)
+        x = np.array([trend._row(t.params) for t in finished])
+        mean = y.mean()
+        a = x.T @ x + ridge * np.eye(x.shape[1])
+        a[-1, -1] -= ridge  # the intercept is not shrunk
+        trend.weights = np.linalg.solve(a, x.T @ (y - mean))
+        trend.weights[-1] += mean
+        return trend
+
+    def _row(self, params: Mapping[str, Any]) -> list[float]:
+        row = []
+        for name, choice in self.columns:
+            spec = self.space.params[name]
+            if name not in params:
+                row.append(0.0)
+            elif spec.kind == "categorical":
+                row.append(1.0 if same_value(params[name], choice) else 0.0)
+            else:
+                row.append(_unit(spec, float(params[name])))
+        return [*row, 1.0]
+
+    def predict(self, params: Mapping[str, Any]) -> float:
+        return float(sum(w * v for w, v in zip(self.weights, self._row(params), strict=True)))
+
+
+def _unit(spec: ParamSpec, value: float) -> float:
+    low, high = float(spec.low or 0), float(spec.high or 0)
+    if spec.log and low > 0 and value > 0:
+        low, high, value = math.log(low), math.log(high), math.log(value)
+    return (value - low) / (high - low) if high > low else 0.0
