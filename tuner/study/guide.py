@@ -11,10 +11,11 @@
   from the best few and from the best with each categorical choice. Until the polish starts, one
   trial in `estimate_every` is again the refitted estimate's best untried configuration. The
   sampler explores the others, and sees the guided trials like its own.
-- **Polish** (from `polish_from` measured trials on, every `polish_every`-th trial): a one-step
-  neighbour of the best SLO-feasible trial (one categorical switched, or one number moved by a
-  step of about a tenth of its range), the neighbour the estimate ranks first when there is one,
-  else a random one. TPE converges slowly on the last few per cent; a neighbour search does not.
+- **Polish** (from `polish_from` measured trials on, `polish_share` of the trials): the local
+  search of tuner/study/local_search.py, one move from the best trial (or from another branch's
+  best, or from the SLO boundary), its moves of one level ordered by the estimate when there is
+  one. Without an estimate (a GPU missing from the spec table) it starts right after sglang's
+  defaults: TPE alone rarely finds the SLO-feasible corner of a space in 40 trials.
 
 A guided trial is an ordinary queued trial (`study.enqueue_trial`): it is checked, skipped, or
 launched and measured as any other, and counts against the budget the same way. Its user attr

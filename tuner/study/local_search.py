@@ -16,9 +16,15 @@ search then walks towards the SLO boundary). A proposal is one move away from it
 
 Moves are ranked by level, and by what earlier trials say about the same move made from another
 configuration (the effect of one param is assumed to carry over, as a coordinate search does):
-a move that made things worse elsewhere waits `worse_penalty` levels, one that helped goes first.
-The move that reached the incumbent is extended first (twice as far the same way). When the
-incumbent's every move has been tried, the next best trial's moves come next (a restart).
+a move that made things worse elsewhere waits `worse_penalty` levels, one that helped goes first;
+and by a ridge regression of every finished trial's rank on its params (`Trend`: the sampler's
+trials count too), which moves towards what ranked well.
+The move that reached the incumbent is extended first. Moves are also made from the best trial of
+each other branch (another choice of a categorical param that switches params on, the rest as
+the incumbent's) and from the *boundary* trial (of those with more throughput than the incumbent
+but over an SLO, the least over): a branch's first trial seldom shows what it can do, and the
+optimum often sits on the SLO boundary. When the incumbent's every move has been tried, the next
+best trial's moves come next (a restart).
 
 Without any estimate it uses what the study measured and nothing else, so it works the same for
 a GPU missing from the spec table; with one (`rank`), moves of one level are ordered by it.
@@ -48,9 +54,15 @@ class LocalSearchConfig:
     better_bonus: float = 1.0  # levels a move gains when the same move made a trial better
     restarts: int = 3  # how many of the next best trials to move from once the best is done
     branch_offset: float = 1.0  # levels a move from another branch's best waits
+    # Levels a move from the *boundary* trial waits: of the trials with more throughput than
+    # the best feasible one, the one that violates its SLOs least (the optimum often sits on
+    # the SLO boundary, between those and the feasible ones).
+    # Off by default: it did not help on the seed space (5 seeds, benchmarks/tuner_quality.py).
+    boundary_offset: float | None = None
     # Levels a move gains per unit of predicted gain in rank (0-1) by a ridge regression of
     # every finished trial's rank on its params (0: off); from `trend_from` trials on.
-    trend_weight: float = 3.0
+    # Off by default: it did not help on the seed space (5 seeds, benchmarks/tuner_quality.py).
+    trend_weight: float = 0.0
     trend_from: int = 5
 
 
@@ -91,6 +103,11 @@ class LocalSearch:
         options = self._from(best, scored, effects, tried)
         for branch, name in self._branches(best, scored):
             options += self._from(branch, scored, effects, tried, keep=name)
+        boundary = _boundary(scored) if self.config.boundary_offset is not None else None
+        if boundary is not None and boundary.number != best.number:
+            offset = self.config.boundary_offset or 0.0
+            extra = self._from(boundary, scored, effects, tried)
+            options += [(p + offset, *rest) for p, *rest in extra]
         for base, _s in scored[1 : 1 + self.config.restarts]:
             if options:
                 break
@@ -104,8 +121,7 @@ class LocalSearch:
     ) -> list[tuple[FrozenTrial, str]]:
         """(the best trial that differs from `best` only in another choice of a categorical
         param that switches others on, and in those others; that param): its own params are
-        searched for a while (its own params first), since one setting of them seldom shows what
-        the branch can do, nor do the other params' values of the best outside it."""
+        searched for a while, since one setting of them seldom shows what the branch can do."""
         out = []
         for name, spec in self.space.params.items():
             if spec.kind != "categorical" or name not in best.params:
@@ -138,15 +154,15 @@ class LocalSearch:
         here = self._trend.predict(params) if self._trend is not None else 0.0
         options: list[tuple[float, float, float, Params]] = []
         for move in moves(self.space, params):
-            if move.param == keep:
-                continue
+            own = keep is not None and keep in self.space.params[move.param].when
+            if keep is not None and not own:
+                continue  # the branch's other params are the incumbent's: moved from there
             candidate = self._apply(params, move, scored)
             if key(candidate) in tried:
                 continue
             priority = move.level
             if keep is not None:
-                own = keep in self.space.params[move.param].when
-                priority += self.config.branch_offset - (1.0 if own else 0.0)
+                priority += self.config.branch_offset
             effect = effects.get((move.param, repr(params.get(move.param)), repr(move.value)))
             if effect is not None:
                 priority += self.config.worse_penalty if effect < 0 else -self.config.better_bonus
@@ -365,6 +381,18 @@ def _move_effects(
                 effects[(name, va, vb)] = 1.0 if sb > sa else -1.0
                 effects[(name, vb, va)] = 1.0 if sa > sb else -1.0
     return effects
+
+
+def _boundary(scored: list[tuple[FrozenTrial, Standing]]) -> FrozenTrial | None:
+    feasible = [t.values[0] for t, s in scored if s[0] == 1]
+    if not feasible:
+        return None
+    beyond = [
+        (s, t)
+        for t, s in scored
+        if s[0] == 0 and t.values and t.state == TrialState.COMPLETE and t.values[0] > max(feasible)
+    ]
+    return max(beyond, key=lambda st: st[0])[1] if beyond else None
 
 
 def _child(space: SearchSpace, name: str, parent: str) -> bool:
