@@ -107,7 +107,7 @@ class LocalSearch:
         if boundary is not None and boundary.number != best.number:
             offset = self.config.boundary_offset or 0.0
             extra = self._from(boundary, scored, effects, tried)
-            options += [(p + offset, *rest) for p, *rest in extra]
+            options += [(p + offset, r, tie, c) for p, r, tie, c in extra]
         for base, _s in scored[1 : 1 + self.config.restarts]:
             if options:
                 break
