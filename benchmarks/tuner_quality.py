@@ -163,15 +163,15 @@ METHODS = (
         estimate=False,
     ),
     Method(
-        "model-free-trend",
-        "no estimate, local search with moves ordered by a regression of ranks too",
+        "model-free-no-trend",
+        "no estimate, local search without the regression of ranks",
         "tpe",
         True,
         True,
         warm_start=True,
         polish=True,
         estimate=False,
-        guide=(("local_search", LocalSearchConfig(trend_weight=3.0, boundary_offset=0.5)),),
+        guide=(("local_search", LocalSearchConfig(trend_weight=0.0)),),
     ),
     Method(
         "model-free-polish",

@@ -26,6 +26,10 @@ but over an SLO, the least over): a branch's first trial seldom shows what it ca
 optimum often sits on the SLO boundary. When the incumbent's every move has been tried, the next
 best trial's moves come next (a restart).
 
+A trial over a TTFT SLO of a closed loop that ran fewer requests at once than there are clients
+(its measured capacity) moves first towards more running slots (a larger memory fraction, a
+higher cap): queueing for a slot is what such a tail waits on.
+
 Without any estimate it uses what the study measured and nothing else, so it works the same for
 a GPU missing from the spec table; with one (`rank`), moves of one level are ordered by it.
 Everything is recomputed from the trials, so resumed studies and several workers agree.
@@ -57,12 +61,13 @@ class LocalSearchConfig:
     # Levels a move from the *boundary* trial waits: of the trials with more throughput than
     # the best feasible one, the one that violates its SLOs least (the optimum often sits on
     # the SLO boundary, between those and the feasible ones).
-    # Off by default: it did not help on the seed space (5 seeds, benchmarks/tuner_quality.py).
-    boundary_offset: float | None = None
+    boundary_offset: float | None = 0.5  # None: no moves from the boundary trial
+    # Levels a move gains that gives a trial over a TTFT SLO more running slots, while fewer
+    # slots than clients ran (queueing is what the tail waits on; see `_more_slots`).
+    slots_bonus: float = 1.5
     # Levels a move gains per unit of predicted gain in rank (0-1) by a ridge regression of
     # every finished trial's rank on its params (0: off); from `trend_from` trials on.
-    # Off by default: it did not help on the seed space (5 seeds, benchmarks/tuner_quality.py).
-    trend_weight: float = 0.0
+    trend_weight: float = 3.0
     trend_from: int = 5
 
 
@@ -152,17 +157,20 @@ class LocalSearch:
         params = dict(base.params)
         extension = _extension(self.space, base, scored)
         here = self._trend.predict(params) if self._trend is not None else 0.0
+        queued = self.config.slots_bonus > 0 and _queued(self.space, base)
         options: list[tuple[float, float, float, Params]] = []
         for move in moves(self.space, params):
-            own = keep is not None and keep in self.space.params[move.param].when
-            if keep is not None and not own:
-                continue  # the branch's other params are the incumbent's: moved from there
+            if move.param == keep:
+                continue
             candidate = self._apply(params, move, scored)
             if key(candidate) in tried:
                 continue
             priority = move.level
             if keep is not None:
-                priority += self.config.branch_offset
+                own = keep in self.space.params[move.param].when
+                priority += self.config.branch_offset - (1.0 if own else 0.0)
+            if queued and _more_slots(move, params):
+                priority -= self.config.slots_bonus
             effect = effects.get((move.param, repr(params.get(move.param)), repr(move.value)))
             if effect is not None:
                 priority += self.config.worse_penalty if effect < 0 else -self.config.better_bonus
@@ -381,6 +389,33 @@ def _move_effects(
                 effects[(name, va, vb)] = 1.0 if sb > sa else -1.0
                 effects[(name, vb, va)] = 1.0 if sa > sb else -1.0
     return effects
+
+
+# sglang flags that give a server more running slots when raised: the KV pool's share of the
+# GPU (server_args.py mem_fraction_static) and the cap itself (max_running_requests).
+_SLOT_FLAGS = ("mem_fraction_static", "max_running_requests")
+
+
+def _queued(space: SearchSpace, t: FrozenTrial) -> bool:
+    """A closed-loop trial over a TTFT SLO whose server ran fewer requests at once than the
+    benchmark has clients: the others queued, and a TTFT tail is mostly that wait."""
+    clients = space.bench.concurrency
+    if clients is None or space.bench.request_rate is not None:
+        return False
+    constraints = record.named_constraints(t.constraints)
+    over = any(v > 0 and "ttft" in k for k, v in constraints.items())
+    running = (t.user_attrs.get(record.CAPACITY) or {}).get("max_running_requests")
+    return over and isinstance(running, int | float) and running < clients
+
+
+def _more_slots(move: Move, params: Mapping[str, Any]) -> bool:
+    current = params.get(move.param)
+    return (
+        move.param in _SLOT_FLAGS
+        and isinstance(current, int | float)
+        and isinstance(move.value, int | float)
+        and move.value > current
+    )
 
 
 def _boundary(scored: list[tuple[FrozenTrial, Standing]]) -> FrozenTrial | None:
