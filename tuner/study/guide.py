@@ -405,7 +405,7 @@ def make_guide(space: SearchSpace, host: HostFacts, settings: GuideSettings) -> 
         if spec is None:
             _log.warning(
                 "GPU %r is not in the spec table (tuner/predict/gpu_specs.py: %s): no "
-                "model-guided start; the study runs on the sampler alone",
+                "model-guided start; the study runs on the sampler and the local search",
                 host.gpu_name,
                 ", ".join(known_gpus()),
             )
