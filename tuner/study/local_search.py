@@ -56,6 +56,8 @@ Standing = tuple[int, float]  # (1, throughput) when SLO-feasible, (0, -violatio
 class LocalSearchConfig:
     worse_penalty: float = 2.0  # levels a move waits when the same move made a trial worse
     better_bonus: float = 1.0  # levels a move gains when the same move made a trial better
+    # Pairs of trials both over an SLO say little about a move where the SLO is met.
+    infeasible_effects: bool = False
     restarts: int = 3  # how many of the next best trials to move from once the best is done
     branch_offset: float = 1.0  # levels a move from another branch's best waits
     # Levels a move from the *boundary* trial waits: of the trials with more throughput than
@@ -100,7 +102,7 @@ class LocalSearch:
         if not scored:
             return None
         scored.sort(key=lambda ts: ts[1], reverse=True)
-        effects = _move_effects(self.space, trials)
+        effects = _move_effects(self.space, trials, self.config.infeasible_effects)
         self._trend = Trend.fit(self.space, trials) if self.config.trend_weight else None
         if self._trend is not None and self._trend.size < self.config.trend_from:
             self._trend = None
@@ -356,7 +358,7 @@ def _outcome(t: FrozenTrial) -> Standing:
 
 
 def _move_effects(
-    space: SearchSpace, trials: Sequence[FrozenTrial]
+    space: SearchSpace, trials: Sequence[FrozenTrial], infeasible: bool = True
 ) -> dict[tuple[str, str, str], float]:
     """(param, from value, to value) -> +1 when a trial that differed from another only in that
     param was better for the change, -1 when worse (the latest pair decides)."""
@@ -384,7 +386,7 @@ def _move_effects(
                 if va == vb:
                     continue
                 sa, sb = _outcome(a), _outcome(b)
-                if sa == sb:
+                if sa == sb or (not infeasible and sa[0] < 1 and sb[0] < 1):
                     continue
                 effects[(name, va, vb)] = 1.0 if sb > sa else -1.0
                 effects[(name, vb, va)] = 1.0 if sa > sb else -1.0
