@@ -24,6 +24,7 @@ METHODS = (
     "tpe-no-pruning",
     "tpe-no-feasibility",
     "random",
+    "model-free",
     "grid",
     "grid-shuffled",
 )
