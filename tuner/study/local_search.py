@@ -16,7 +16,8 @@ search then walks towards the SLO boundary). A proposal is one move away from it
 
 Moves are ranked by level, and by what earlier trials say about the same move made from another
 configuration (the effect of one param is assumed to carry over, as a coordinate search does):
-a move that made things worse elsewhere waits `worse_penalty` levels, one that helped goes first;
+a move that made things worse elsewhere waits `worse_penalty` levels, one that helped goes first
+(pairs of trials both over an SLO are not counted);
 and by a ridge regression of every finished trial's rank on its params (`Trend`: the sampler's
 trials count too), which moves towards what ranked well.
 The move that reached the incumbent is extended first. Moves are also made from the best trial of
