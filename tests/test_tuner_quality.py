@@ -25,6 +25,7 @@ METHODS = (
     "tpe-no-pruning",
     "tpe-no-feasibility",
     "random",
+    "model-free",
     "grid",
     "grid-shuffled",
 )

@@ -1,10 +1,11 @@
-"""Tuner quality as a regression test: `tuner optimize`'s defaults against random search.
+"""Tuner quality as a regression test: `tuner optimize`'s defaults, with and without the estimate.
 
 A seeded, oracle-backed run of the quality benchmark's harness (benchmarks/quality/: the real
 objective and study loop, no server launched; the headless oracle judges the seed space as
 shipped): the default must reach 0.95 of the best SLO-feasible throughput known at 40 launched
-trials and 0.9 at 20 (median over 3 seeds), and beat random search at 40 by MARGIN. About 60 s on a
-busy 2-core box.
+trials and 0.9 at 20 (median over 3 seeds), and beat random search at 40 by MARGIN; without the
+estimate (a GPU not in the spec table) the tuner must reach MODEL_FREE at 40. About 60 s of
+CPU on a busy 2-core box.
 
 The figures come from the measured spread (benchmarks/results/tuner_quality.md, 10 seeds at 20
 and 40 trials on the headless oracle): random search reaches 0.770 of the optimum in 8 seeds (0
@@ -15,6 +16,12 @@ not by ranking random draws alone. Seeds 0-2 give the default 1.000 and random s
 MARGIN 0.15 fails whenever the default is no better than random search; with `tuner optimize`'s
 defaults set to random search (StudyOptions sampler "random", warm_start and polish False) it
 fails.
+
+The model-free row (no estimate, as for a GPU missing from the spec table: TPE + the local
+search of tuner/study/local_search.py) must reach MODEL_FREE of the optimum at 40 trials (median
+over the same seeds). Measured (benchmarks/tuner_quality.py, 5 seeds): 1.000 in seeds 0-2 and 4,
+0.778 in seed 3, where it stays near sglang's defaults; TPE alone 0.770 or 0 in every seed.
+With the former polish instead (random neighbours of the best from trial 24) it fails.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ BUDGET = 40
 EARLY = 20  # the issue's smaller budget: the default must be close by then too
 SEEDS = (0, 1, 2)
 MARGIN = 0.15
+MODEL_FREE = 0.9
 # The best SLO-feasible configuration of the seed space that the quality benchmark found.
 BEST_KNOWN = {
     "speculative_algorithm": "NEXTN",
@@ -58,7 +66,7 @@ def test_the_default_beats_random_search_at_40_trials():
     methods = {m.name: m for m in METHODS}
     runs = {
         name: [run_study(methods[name], s, BUDGET, space, oracle, noise) for s in SEEDS]
-        for name in ("default", "random")
+        for name in ("default", "random", "model-free")
     }
     optimum = summarize_optimum(oracle, 0.0)
     best, early = (
@@ -71,3 +79,4 @@ def test_the_default_beats_random_search_at_40_trials():
     assert best["default"] >= 0.95, best
     assert early["default"] >= 0.9, early
     assert best["default"] >= best["random"] + MARGIN, best
+    assert best["model-free"] >= MODEL_FREE, best

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tuner.study import StudyOptions
+from tuner.study.local_search import LocalSearchConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,6 +25,9 @@ class Method:
     wrong_estimate: bool = False  # bandwidth x0.6, acceptance x0.7, prefix cache ignored
     needs_torch: bool = False  # GPSampler: run only when asked for (--methods), with PyTorch
     min_gain: float = 0.0  # the stop rule (tuner/study/stopping.py); 0: the whole budget
+    estimate: bool = True  # False: the GPU is not in the spec table, so no estimate at all
+    variant: bool = False  # a variant compared in one measurement: run only when named
+    guide: tuple[tuple[str, Any], ...] = ()  # GuideConfig fields changed (variants compared)
 
 
 _DEFAULTS = StudyOptions()  # what `tuner optimize` does without options
@@ -79,6 +84,40 @@ METHODS = (
     ),
     Method("random", "random search", "random", False, False),
     Method(
+        "model-free",
+        "default with no estimate (GPU not in the spec table): TPE + local search",
+        "tpe",
+        True,
+        True,
+        warm_start=True,
+        polish=True,
+        estimate=False,
+    ),
+    Method(
+        "model-free-no-trend",
+        "no estimate, local search without the regression of ranks",
+        "tpe",
+        True,
+        True,
+        warm_start=True,
+        polish=True,
+        estimate=False,
+        guide=(("local_search", LocalSearchConfig(trend_weight=0.0)),),
+        variant=True,
+    ),
+    Method(
+        "model-free-polish",
+        "no estimate, the former polish (random neighbours of the best from trial 24)",
+        "tpe",
+        True,
+        True,
+        warm_start=True,
+        polish=True,
+        estimate=False,
+        guide=(("local", False), ("polish_from", 24), ("polish_share", 0.5)),
+        variant=True,
+    ),
+    Method(
         "gp",
         "GP + warm start + polish + pruning + feasibility",
         "gp",
@@ -102,7 +141,7 @@ class Options:
     budgets: tuple[int, ...] = (20, 40, 80, 200)
     seeds: int = 5
     methods: tuple[str, ...] = tuple(
-        m.name for m in METHODS if not m.needs_torch and not m.min_gain
+        m.name for m in METHODS if not m.needs_torch and not m.min_gain and not m.variant
     )
     space_path: Path | None = None
     noise: float = 1.0  # multiplier of oracle_measurer.NoiseModel's default sigmas

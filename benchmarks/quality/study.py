@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +91,8 @@ def run_study(
         polish=method.polish,
     )
     host = host_facts(space)
+    if not method.estimate:
+        host = replace(host, gpu_name="a GPU not in the spec table")
     model_memory, gpu_gb = (host.model, host.gpu_memory_gb) if method.feasibility else (None, None)
     objective = TrialObjective(
         ObjectiveConfig(
@@ -115,6 +117,8 @@ def run_study(
     if method.baseline:
         queue_baseline_and_retries(study, lambda: default_trial_params(space, model_memory, gpu_gb))
     guide = make_guide(space, host, GuideSettings.of(options))
+    if guide is not None and method.guide:
+        guide.config = replace(guide.config, **dict(method.guide))
     if guide is not None and guide.estimator is not None and method.wrong_estimate:
         guide.estimator.bias = Calibration(0.6, prefill_fraction=1.0, accept_rate=0.7)
         guide.estimator.calibration = Calibration(prefix_reuse=0.0)

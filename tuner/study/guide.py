@@ -11,10 +11,11 @@
   from the best few and from the best with each categorical choice. Until the polish starts, one
   trial in `estimate_every` is again the refitted estimate's best untried configuration. The
   sampler explores the others, and sees the guided trials like its own.
-- **Polish** (from `polish_from` measured trials on, every `polish_every`-th trial): a one-step
-  neighbour of the best SLO-feasible trial (one categorical switched, or one number moved by a
-  step of about a tenth of its range), the neighbour the estimate ranks first when there is one,
-  else a random one. TPE converges slowly on the last few per cent; a neighbour search does not.
+- **Polish** (from `polish_from` measured trials on, `polish_share` of the trials): the local
+  search of tuner/study/local_search.py, one move from the best trial (or from another branch's
+  best, or from the SLO boundary), its moves of one level ordered by the estimate when there is
+  one. Without an estimate (a GPU missing from the spec table) it starts right after sglang's
+  defaults: TPE alone rarely finds the SLO-feasible corner of a space in 40 trials.
 
 A guided trial is an ordinary queued trial (`study.enqueue_trial`): it is checked, skipped, or
 launched and measured as any other, and counts against the budget the same way. Its user attr
@@ -27,7 +28,7 @@ import logging
 import math
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
@@ -40,6 +41,7 @@ from tuner.results import record
 from tuner.space.derive import evaluate
 from tuner.space.model import ParamSpec, SearchSpace, same_value
 from tuner.study.budget import measured_count
+from tuner.study.local_search import LocalSearch, LocalSearchConfig
 from tuner.study.options import StudyOptions
 from tuner.study.stopping import STOP_CHECK, Outlook
 
@@ -50,7 +52,10 @@ _log = logging.getLogger(__name__)
 class GuideConfig:
     warm_start: int = 4  # trials after the default picked by the estimate (0: none)
     polish_from: int = 24  # measured trials before the polish starts (0: never)
-    polish_every: int = 2  # then one trial in this many is a neighbour of the best
+    # Then this share of the trials is the local search's (tuner/study/local_search.py).
+    polish_share: float = 0.5
+    local: bool = True  # the polish is the local search; False: a random neighbour of the best
+    local_search: LocalSearchConfig = field(default_factory=LocalSearchConfig)
     estimate_every: int = 4  # between the two, one trial in this many is the estimate's (0: none)
     candidates: int = 3000  # random configurations the estimate ranks
     # Each number of a candidate is one of its range's ends this often: optima sit there often
@@ -74,6 +79,7 @@ class Guide:
         self._candidates: list[dict[str, Any]] | None = None
         self._seen: dict[tuple[Any, ...], dict[str, Any]] = {}  # configurations the climbs scored
         self._fitted_on = -1
+        self._local = LocalSearch(space, seed=seed)
 
     # -- the hook --------------------------------------------------------------------------
 
@@ -103,11 +109,16 @@ class Guide:
             if params is not None:
                 self._enqueue(study, params, "estimate")
             return
-        polish_turn = (measured - cfg.polish_from) % max(cfg.polish_every, 1) == 0
-        if cfg.polish_from and measured >= cfg.polish_from and polish_turn:
+        if cfg.polish_from and measured >= cfg.polish_from and self._polish_turn(measured):
             params = self._polish(trials, tried)
             if params is not None:
                 self._enqueue(study, params, "polish")
+
+    def _polish_turn(self, measured: int) -> bool:
+        """`polish_share` of the trials from `polish_from` on, spread evenly."""
+        done = measured - self.config.polish_from
+        share = self.config.polish_share
+        return math.ceil((done + 1) * share) > math.ceil(done * share)
 
     def first_picks(self, count: int) -> list[dict[str, Any]]:
         """The warm start's first picks as the estimate ranks them before anything is measured
@@ -243,6 +254,15 @@ class Guide:
     def _polish(
         self, trials: list[FrozenTrial], tried: set[tuple[Any, ...]]
     ) -> dict[str, Any] | None:
+        if self.config.local:
+            rank = None
+            if self.estimator is not None:
+                self._refit(trials)
+                estimator = self.estimator
+                rank = lambda params: estimator.score(self._flags(params))  # noqa: E731
+            self._local.rank = rank
+            self._local.config = self.config.local_search
+            return self._local.propose(trials, tried)
         feasible = [
             t
             for t in trials
@@ -424,7 +444,7 @@ def make_guide(space: SearchSpace, host: HostFacts, settings: GuideSettings) -> 
         elif spec is None:
             _log.warning(
                 "GPU %r is not in the spec table (tuner/predict/gpu_specs.py: %s): no "
-                "model-guided start; the study runs on the sampler alone",
+                "model-guided start; the study runs on the sampler and the local search",
                 host.gpu_name,
                 ", ".join(known_gpus()),
             )
@@ -432,8 +452,10 @@ def make_guide(space: SearchSpace, host: HostFacts, settings: GuideSettings) -> 
             _log.warning("no config.json for %s: no model-guided start", space.model_path)
         else:
             estimator = Estimator(space, host.model, spec, host.gpu_memory_gb or spec.memory_gb)
-    config = GuideConfig(
-        warm_start=GuideConfig.warm_start if estimator is not None else 0,
-        polish_from=GuideConfig.polish_from if settings.polish else 0,
-    )
+    if estimator is not None:
+        config = GuideConfig(polish_from=GuideConfig.polish_from if settings.polish else 0)
+    else:
+        # Nothing to start from but what is measured: the local search from trial 1 on.
+        config = GuideConfig(warm_start=0, polish_from=1 if settings.polish else 0)
+    config = replace(config, polish_share=0.5)
     return Guide(space, estimator, config, seed=settings.seed)

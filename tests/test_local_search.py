@@ -1,0 +1,142 @@
+"""The model-free local search (tuner/study/local_search.py) and the guide that runs it."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import optuna
+import pytest
+
+from tuner.results import record
+from tuner.results.record import GUIDED_BY
+from tuner.space.load import space_from_dict
+from tuner.study.guide import Guide, GuideConfig
+from tuner.study.local_search import LocalSearch, complete, key, moves, standing
+from tuner.study.loop import run_trials
+
+SPACE = {
+    "model_path": "m",
+    "params": {
+        "speculative_algorithm": {"choices": [None, "NEXTN"]},
+        "speculative_num_steps": {"low": 1, "high": 5, "when": {"speculative_algorithm": "NEXTN"}},
+        "mem_fraction_static": {"low": 0.70, "high": 0.95, "step": 0.01},
+        "max_running_requests": {"low": 1, "high": 16, "log": True},
+        "chunked_prefill_size": {"choices": [2048, 4096, 8192, 16384]},
+    },
+    "workload": {"kind": "random"},
+    "bench": {"concurrency": 16},
+    "slos": ["p99_ttft_ms <= 3000"],
+}
+START = {
+    "speculative_algorithm": None,
+    "mem_fraction_static": 0.87,
+    "max_running_requests": 4,
+    "chunked_prefill_size": 8192,
+}
+
+
+@pytest.fixture
+def space():
+    return space_from_dict(SPACE)
+
+
+def test_numbers_move_to_their_ends_first_and_ordered_choices_to_their_neighbours(space):
+    level0 = {(m.param, m.value) for m in moves(space, START) if m.level == 0}
+    assert ("mem_fraction_static", 0.95) in level0 and ("mem_fraction_static", 0.7) in level0
+    assert ("max_running_requests", 16) in level0 and ("max_running_requests", 1) in level0
+    assert ("chunked_prefill_size", 4096) in level0 and ("chunked_prefill_size", 16384) in level0
+    assert ("chunked_prefill_size", 2048) not in level0  # two choices away
+    smallest = {(m.param, m.value) for m in moves(space, START) if m.level == 3}
+    assert ("mem_fraction_static", 0.88) in smallest and ("mem_fraction_static", 0.86) in smallest
+
+
+def test_switching_a_branch_on_tries_its_params_ends_too(space):
+    on = [m for m in moves(space, START) if m.param == "speculative_algorithm"]
+    assert {dict(m.switched_on).get("speculative_num_steps") for m in on} == {None, 1, 5}
+    # Switched on without a donor: the middle of the range; switched off: dropped.
+    params = complete(space, {**START, "speculative_algorithm": "NEXTN"}, {})
+    assert params["speculative_num_steps"] == 3
+    off = complete(space, {**params, "speculative_algorithm": None}, {})
+    assert "speculative_num_steps" not in off
+
+
+def _objective(limit_running: int = 16):
+    """Throughput grows with every number and with NEXTN at 1 step; the SLO (p99 TTFT) is met
+    only with at least `limit_running` running requests, as in a closed loop of 16 clients."""
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        algo = trial.suggest_categorical("speculative_algorithm", [None, "NEXTN"])
+        steps = trial.suggest_int("speculative_num_steps", 1, 5) if algo else 0
+        mem = trial.suggest_float("mem_fraction_static", 0.70, 0.95, step=0.01)
+        running = trial.suggest_int("max_running_requests", 1, 16, log=True)
+        chunk = trial.suggest_categorical("chunked_prefill_size", [2048, 4096, 8192, 16384])
+        throughput = running * (1 + mem) * (1.4 - 0.1 * steps if algo else 1.0)
+        throughput *= 1.0 if chunk == 4096 else 0.97
+        ttft = 1000.0 * (16 / running) ** 2 * (1.0 if running >= limit_running else 4.0)
+        trial.set_user_attr(record.OUTCOME, record.OUTCOME_OK)
+        trial.set_user_attr(record.METRICS, {"output_throughput": throughput, "p99_ttft_ms": ttft})
+        record.set_constraints(trial, {"launch": 0.0, "slo:p99_ttft_ms": (ttft - 3000) / 3000})
+        return throughput, 10.0
+
+    return objective
+
+
+def _best(study: optuna.Study) -> float:
+    feasible = [
+        t.values[0]
+        for t in study.trials
+        if t.state == optuna.trial.TrialState.COMPLETE and record.feasible(t.constraints)
+    ]
+    return max(feasible, default=0.0)
+
+
+def _study(seed: int) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        directions=["maximize", "minimize"], sampler=optuna.samplers.RandomSampler(seed=seed)
+    )
+    study.enqueue_trial(START)  # the default trial: infeasible (4 running of 16 clients)
+    return study
+
+
+OPTIMUM = 16 * 1.95 * 1.3  # NEXTN at 1 step, every client running, the largest fraction, 4096
+
+
+def test_without_an_estimate_it_walks_to_the_slo_boundary_and_then_to_the_optimum(space):
+    study = _study(seed=0)
+    guide = Guide(space, None, GuideConfig(warm_start=0, polish_from=1), seed=0)
+    run_trials(study, _objective(), 30, guide=guide)
+    rules = [t.user_attrs.get(GUIDED_BY) for t in study.trials]
+    assert rules[1] == "polish"  # right after the default trial
+    assert _best(study) >= 0.95 * OPTIMUM
+
+    alone = _study(seed=0)  # the sampler alone, the same seed and budget
+    run_trials(alone, _objective(), 30)
+    assert _best(alone) < 0.95 * OPTIMUM
+
+
+def test_it_proposes_nothing_tried_and_nothing_before_a_measurement(space):
+    search = LocalSearch(space, seed=0)
+    assert search.propose([], set()) is None
+    study = _study(seed=1)
+    run_trials(study, _objective(), 1)
+    tried = {key(t.params) for t in study.trials}
+    proposal = search.propose(study.trials, tried)
+    assert proposal is not None and key(proposal) not in tried
+
+
+def test_standing_ranks_feasible_above_violations_and_ignores_crashes(space):
+    study = _study(seed=2)
+    run_trials(study, _objective(), 6)
+    ranked = sorted((s for t in study.trials if (s := standing(t)) is not None), reverse=True)
+    assert all(a >= b for a, b in itertools.pairwise(ranked))
+    crashed = optuna.trial.create_trial(
+        params={},
+        distributions={},
+        values=None,
+        state=optuna.trial.TrialState.PRUNED,
+        user_attrs={record.CONSTRAINTS: {"launch": 1.0}, record.METRICS: {}},
+    )
+    assert standing(crashed) is None
+    assert not math.isnan(ranked[0][1])

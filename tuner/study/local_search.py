@@ -1,0 +1,526 @@
+"""A model-free local search over the space's structure, run between the sampler's trials.
+
+    search = LocalSearch(space, seed=0)
+    params = search.propose(study.get_trials(deepcopy=False), tried)   # None: nothing to try
+
+The study's *incumbent* is its best measured trial: the SLO-feasible one with the most
+throughput, or, while none is feasible, the launched one that violates its SLOs least (the
+search then walks towards the SLO boundary). A proposal is one move away from it:
+
+- a categorical param to another choice (choices that are all numbers are ordered: the adjacent
+  ones first); params the move switches on take the values of the best trial that had them, else
+  the middle of their range;
+- a number to one of its range's ends, then halfway there, a quarter of the way, one step
+  (levels 0-3; a log range moves geometrically). Optima sit at range ends often (the largest
+  memory fraction, a cap at the client count), so the ends are tried before the small steps.
+
+Moves are ranked by level, and by what earlier trials say about the same move made from another
+configuration (the effect of one param is assumed to carry over, as a coordinate search does):
+a move that made things worse elsewhere waits `worse_penalty` levels, one that helped goes first
+(pairs of trials both over an SLO are not counted);
+and by a ridge regression of every finished trial's rank on its params (`Trend`: the sampler's
+trials count too), which moves towards what ranked well.
+The move that reached the incumbent is extended first. Moves are also made from the best trial of
+each other branch (another choice of a categorical param that switches params on, the rest as
+the incumbent's) and from the *boundary* trial (of those with more throughput than the incumbent
+but over an SLO, the least over): a branch's first trial seldom shows what it can do, and the
+optimum often sits on the SLO boundary. When the incumbent's every move has been tried, the next
+best trial's moves come next (a restart).
+
+A trial over a TTFT SLO of a closed loop that ran fewer requests at once than there are clients
+(its measured capacity) moves first towards more running slots (a larger memory fraction, a
+higher cap): queueing for a slot is what such a tail waits on.
+
+Without any estimate it uses what the study measured and nothing else, so it works the same for
+a GPU missing from the spec table; with one (`rank`), moves of one level are ordered by it.
+Everything is recomputed from the trials, so resumed studies and several workers agree.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.results import record
+from tuner.space.model import ParamSpec, SearchSpace, same_value
+
+Params = dict[str, Any]
+Standing = tuple[int, float]  # (1, throughput) when SLO-feasible, (0, -violation) when not
+
+
+@dataclass(frozen=True)
+class LocalSearchConfig:
+    worse_penalty: float = 2.0  # levels a move waits when the same move made a trial worse
+    better_bonus: float = 1.0  # levels a move gains when the same move made a trial better
+    # Pairs of trials both over an SLO say little about a move where the SLO is met.
+    infeasible_effects: bool = False
+    restarts: int = 3  # how many of the next best trials to move from once the best is done
+    branch_offset: float = 1.0  # levels a move from another branch's best waits
+    # Levels a move from the *boundary* trial waits: of the trials with more throughput than
+    # the best feasible one, the one that violates its SLOs least (the optimum often sits on
+    # the SLO boundary, between those and the feasible ones).
+    boundary_offset: float | None = 0.5  # None: no moves from the boundary trial
+    # Levels a move gains that gives a trial over a TTFT SLO more running slots, while fewer
+    # slots than clients ran (queueing is what the tail waits on; see `_more_slots`).
+    slots_bonus: float = 1.5
+    # Levels a move gains per unit of predicted gain in rank (0-1) by a ridge regression of
+    # every finished trial's rank on its params (0: off); from `trend_from` trials on.
+    trend_weight: float = 3.0
+    trend_from: int = 5
+
+
+@dataclass(frozen=True)
+class Move:
+    param: str
+    value: Any
+    level: float
+    switched_on: tuple[tuple[str, Any], ...] = ()  # values for params the move switches on
+
+
+class LocalSearch:
+    def __init__(
+        self,
+        space: SearchSpace,
+        config: LocalSearchConfig | None = None,
+        seed: int | None = None,
+        rank: Callable[[Params], float] | None = None,
+    ) -> None:
+        self.space = space
+        self.config = config or LocalSearchConfig()
+        self.rng = random.Random(seed)
+        self.rank = rank  # an estimate's score of a configuration (higher is better), if any
+        self._trend: Trend | None = None
+
+    def propose(self, trials: Sequence[FrozenTrial], tried: set[tuple[Any, ...]]) -> Params | None:
+        """The next configuration to measure, one move from the best trial or from the best of
+        another branch; None when every such move has been tried (or nothing was measured)."""
+        scored = [(t, s) for t in trials if (s := standing(t)) is not None]
+        if not scored:
+            return None
+        scored.sort(key=lambda ts: ts[1], reverse=True)
+        effects = _move_effects(self.space, trials, self.config.infeasible_effects)
+        self._trend = Trend.fit(self.space, trials) if self.config.trend_weight else None
+        if self._trend is not None and self._trend.size < self.config.trend_from:
+            self._trend = None
+        best = scored[0][0]
+        options = self._from(best, scored, effects, tried)
+        for branch, name in self._branches(best, scored):
+            options += self._from(branch, scored, effects, tried, keep=name)
+        boundary = _boundary(scored) if self.config.boundary_offset is not None else None
+        if boundary is not None and boundary.number != best.number:
+            offset = self.config.boundary_offset or 0.0
+            extra = self._from(boundary, scored, effects, tried)
+            options += [(p + offset, r, tie, c) for p, r, tie, c in extra]
+        for base, _s in scored[1 : 1 + self.config.restarts]:
+            if options:
+                break
+            options = self._from(base, scored, effects, tried)
+        if not options:
+            return None
+        return min(options, key=lambda o: o[:3])[3]
+
+    def _branches(
+        self, best: FrozenTrial, scored: list[tuple[FrozenTrial, Standing]]
+    ) -> list[tuple[FrozenTrial, str]]:
+        """(the best trial that differs from `best` only in another choice of a categorical
+        param that switches others on, and in those others; that param): its own params are
+        searched for a while, since one setting of them seldom shows what the branch can do."""
+        out = []
+        for name, spec in self.space.params.items():
+            if spec.kind != "categorical" or name not in best.params:
+                continue
+            children = {o.name for o in self.space.params.values() if name in o.when}
+            if not children:
+                continue
+            rest = {k: repr(v) for k, v in best.params.items() if k != name and k not in children}
+            for t, _s in scored:
+                if same_value(t.params.get(name), best.params[name]) or name not in t.params:
+                    continue
+                mine = {k: repr(v) for k, v in t.params.items() if k != name and k not in children}
+                if mine == rest:
+                    out.append((t, name))
+                    break
+        return out
+
+    def _from(
+        self,
+        base: FrozenTrial,
+        scored: list[tuple[FrozenTrial, Standing]],
+        effects: dict[tuple[str, str, str], float],
+        tried: set[tuple[Any, ...]],
+        keep: str | None = None,
+    ) -> list[tuple[float, float, float, Params]]:
+        """Untried moves from `base`, ranked (priority, estimate, tie-break); with `keep`, the
+        branch's param stays, its own params first."""
+        params = dict(base.params)
+        extension = _extension(self.space, base, scored)
+        here = self._trend.predict(params) if self._trend is not None else 0.0
+        queued = self.config.slots_bonus > 0 and _queued(self.space, base)
+        options: list[tuple[float, float, float, Params]] = []
+        for move in moves(self.space, params):
+            if move.param == keep:
+                continue
+            candidate = self._apply(params, move, scored)
+            if key(candidate) in tried:
+                continue
+            priority = move.level
+            if keep is not None:
+                own = keep in self.space.params[move.param].when
+                priority += self.config.branch_offset - (1.0 if own else 0.0)
+            if queued and _more_slots(move, params):
+                priority -= self.config.slots_bonus
+            effect = effects.get((move.param, repr(params.get(move.param)), repr(move.value)))
+            if effect is not None:
+                priority += self.config.worse_penalty if effect < 0 else -self.config.better_bonus
+            if (
+                extension is not None
+                and move.param == extension[0]
+                and _same_direction(params[move.param], move.value, extension[1])
+            ):
+                priority -= 10  # the way that just paid off, further
+            if self._trend is not None:
+                gain = self._trend.predict(candidate) - here
+                priority -= self.config.trend_weight * gain
+            rank = -self.rank(candidate) if self.rank is not None else 0.0
+            options.append((priority, rank, self.rng.random(), candidate))
+        return options
+
+    def _apply(
+        self, params: Params, move: Move, scored: list[tuple[FrozenTrial, Standing]]
+    ) -> Params:
+        """`params` with the move made; params it switches on take the values of the best
+        trial that had them with the same choice, else a neutral value."""
+        moved = {**params, move.param: move.value, **dict(move.switched_on)}
+        donor = next(
+            (
+                t.params
+                for t, _s in scored
+                if move.param in t.params and same_value(t.params[move.param], move.value)
+            ),
+            {},
+        )
+        return complete(self.space, moved, donor)
+
+
+# ---- the moves -----------------------------------------------------------------------------
+
+
+def moves(space: SearchSpace, params: Mapping[str, Any]) -> list[Move]:
+    """Every one-param move from `params`, each with its level (lower is tried first). A
+    categorical move that switches a number on comes also with that number at its range's
+    ends (level + 0.5): NEXTN at 1 and at 5 draft steps, not only at the middle."""
+    out: list[Move] = []
+    for name, value in params.items():
+        spec = space.params.get(name)
+        if spec is None or spec.kind == "derived":
+            continue
+        if spec.kind == "categorical":
+            for move in _categorical_moves(spec, value):
+                out.append(move)
+                out += _with_ends(space, params, move)
+        else:
+            seen = {repr(value)}
+            for level, target in _numeric_targets(spec, float(value)):
+                if repr(target) not in seen:
+                    seen.add(repr(target))
+                    out.append(Move(name, target, level))
+    return out
+
+
+def _with_ends(space: SearchSpace, params: Mapping[str, Any], move: Move) -> list[Move]:
+    moved = {**params, move.param: move.value}
+    out = []
+    for spec in space.params.values():
+        newly_on = (
+            move.param in spec.when
+            and spec.kind in ("int", "float")
+            and spec.name not in params
+            and spec.is_active(moved)
+        )
+        if newly_on:
+            for end in (spec.low, spec.high):
+                value = snap(spec, float(end or 0))
+                out.append(Move(move.param, move.value, move.level + 0.5, ((spec.name, value),)))
+    return out
+
+
+def _categorical_moves(spec: ParamSpec, value: Any) -> list[Move]:
+    choices = list(spec.choices or ())
+    others = [c for c in choices if not same_value(c, value)]
+    numeric = all(isinstance(c, int | float) and not isinstance(c, bool) for c in choices)
+    if not numeric or not isinstance(value, int | float) or isinstance(value, bool):
+        return [Move(spec.name, c, 0.0) for c in others]
+    # Ordered choices (chunk sizes, page sizes): the adjacent ones are the one-step moves.
+    ordered = sorted(choices)
+    at = min(range(len(ordered)), key=lambda i: abs(ordered[i] - value))
+    return [Move(spec.name, c, float(abs(ordered.index(c) - at) - 1)) for c in others]
+
+
+def _numeric_targets(spec: ParamSpec, value: float) -> list[tuple[float, Any]]:
+    low, high = float(spec.low or 0), float(spec.high or 0)
+    geometric = spec.log and low > 0 and value > 0
+    out: list[tuple[float, Any]] = []
+    for end in (low, high):
+        for level, fraction in ((0.0, 1.0), (1.0, 0.5), (2.0, 0.25)):
+            if geometric:
+                target = value * (end / value) ** fraction
+            else:
+                target = value + (end - value) * fraction
+            out.append((level, snap(spec, target)))
+        unit = float(spec.step or (1 if spec.kind == "int" else (high - low) / 20))
+        out.append((3.0, snap(spec, value + math.copysign(unit, end - value))))
+    return [(level, t) for level, t in out if not _equal(t, value)]
+
+
+def _equal(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+
+
+def snap(spec: ParamSpec, value: float) -> Any:
+    """A number of the param's range: clipped, on its step, an int for an int param."""
+    low, high = float(spec.low or 0), float(spec.high or 0)
+    value = min(max(value, low), high)
+    if spec.step:
+        step = float(spec.step)
+        value = min(low + round((value - low) / step) * step, high)
+        if spec.kind == "float":
+            text = f"{step:.10f}".rstrip("0")
+            return round(value, len(text.split(".")[1]) if "." in text else 0)
+    if spec.kind == "int":
+        return round(value)
+    return float(value)
+
+
+def neutral(spec: ParamSpec) -> Any:
+    """The value a param takes when a move switches it on and no trial had it: the middle of
+    its range (geometric for a log range), the first choice of a categorical."""
+    if spec.kind == "categorical":
+        return (spec.choices or (None,))[0]
+    low, high = float(spec.low or 0), float(spec.high or 0)
+    middle = math.sqrt(low * high) if spec.log and low > 0 else (low + high) / 2
+    return snap(spec, middle)
+
+
+def complete(space: SearchSpace, params: Mapping[str, Any], donor: Mapping[str, Any]) -> Params:
+    """The active sampled params of `params` in the space's order: inactive ones dropped,
+    newly active ones from `donor`, else `neutral`."""
+    from tuner.space.derive import evaluate
+
+    values: dict[str, Any] = {}
+    for spec in space.params.values():
+        if not spec.is_active(values):
+            continue
+        if spec.kind == "derived":
+            values[spec.name] = evaluate(spec.derive or "", values)
+        elif spec.name in params:
+            values[spec.name] = params[spec.name]
+        elif spec.name in donor:
+            values[spec.name] = donor[spec.name]
+        else:
+            values[spec.name] = neutral(spec)
+    return {k: v for k, v in values.items() if space.params[k].kind != "derived"}
+
+
+def key(params: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(sorted((k, repr(v)) for k, v in params.items()))
+
+
+# ---- what the trials say -------------------------------------------------------------------
+
+
+def standing(t: FrozenTrial) -> Standing | None:
+    """How good a measured trial is for the search; None when it says nothing comparable
+    (not finished, a repeat, rejected before launch, crashed, or stopped by the pruner: the
+    pruner stops only trials that feasible ones clearly beat)."""
+    if t.state not in (TrialState.COMPLETE, TrialState.PRUNED):
+        return None
+    attrs = t.user_attrs
+    if record.DUPLICATE_OF in attrs:
+        return None
+    constraints = record.named_constraints(t.constraints or attrs.get(record.CONSTRAINTS) or {})
+    if constraints.get("launch", 0.0) > 0 or not attrs.get(record.METRICS):
+        return None
+    violation = sum(max(v, 0.0) for k, v in constraints.items() if k != "launch")
+    if violation > 0:
+        return (0, -violation)
+    if t.state == TrialState.COMPLETE and t.values:
+        return (1, float(t.values[0]))
+    return None
+
+
+def _outcome(t: FrozenTrial) -> Standing:
+    """A trial's standing for comparisons: crashed, skipped and pruned ones rank lowest."""
+    return standing(t) or (-1, 0.0)
+
+
+def _move_effects(
+    space: SearchSpace, trials: Sequence[FrozenTrial], infeasible: bool = True
+) -> dict[tuple[str, str, str], float]:
+    """(param, from value, to value) -> +1 when a trial that differed from another only in that
+    param was better for the change, -1 when worse (the latest pair decides)."""
+    finished = [
+        t
+        for t in trials
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+        and record.DUPLICATE_OF not in t.user_attrs
+        and t.params
+    ]
+    by_rest: dict[tuple[str, tuple[Any, ...]], list[FrozenTrial]] = {}
+    for t in finished:
+        for name in t.params:
+            if name in space.params and space.params[name].kind != "derived":
+                rest = {
+                    k: v for k, v in t.params.items() if k != name and not _child(space, k, name)
+                }
+                by_rest.setdefault((name, key(rest)), []).append(t)
+    effects: dict[tuple[str, str, str], float] = {}
+    for (name, _rest), group in by_rest.items():
+        group.sort(key=lambda t: t.number)
+        for i, a in enumerate(group):
+            for b in group[i + 1 :]:
+                va, vb = repr(a.params[name]), repr(b.params[name])
+                if va == vb:
+                    continue
+                sa, sb = _outcome(a), _outcome(b)
+                if sa == sb or (not infeasible and sa[0] < 1 and sb[0] < 1):
+                    continue
+                effects[(name, va, vb)] = 1.0 if sb > sa else -1.0
+                effects[(name, vb, va)] = 1.0 if sa > sb else -1.0
+    return effects
+
+
+# sglang flags that give a server more running slots when raised: the KV pool's share of the
+# GPU (server_args.py mem_fraction_static) and the cap itself (max_running_requests).
+_SLOT_FLAGS = ("mem_fraction_static", "max_running_requests")
+
+
+def _queued(space: SearchSpace, t: FrozenTrial) -> bool:
+    """A closed-loop trial over a TTFT SLO whose server ran fewer requests at once than the
+    benchmark has clients: the others queued, and a TTFT tail is mostly that wait."""
+    clients = space.bench.concurrency
+    if clients is None or space.bench.request_rate is not None:
+        return False
+    constraints = record.named_constraints(t.constraints)
+    over = any(v > 0 and "ttft" in k for k, v in constraints.items())
+    running = (t.user_attrs.get(record.CAPACITY) or {}).get("max_running_requests")
+    return over and isinstance(running, int | float) and running < clients
+
+
+def _more_slots(move: Move, params: Mapping[str, Any]) -> bool:
+    current = params.get(move.param)
+    return (
+        move.param in _SLOT_FLAGS
+        and isinstance(current, int | float)
+        and isinstance(move.value, int | float)
+        and move.value > current
+    )
+
+
+def _boundary(scored: list[tuple[FrozenTrial, Standing]]) -> FrozenTrial | None:
+    feasible = [t.values[0] for t, s in scored if s[0] == 1]
+    if not feasible:
+        return None
+    beyond = [
+        (s, t)
+        for t, s in scored
+        if s[0] == 0 and t.values and t.state == TrialState.COMPLETE and t.values[0] > max(feasible)
+    ]
+    return max(beyond, key=lambda st: st[0])[1] if beyond else None
+
+
+def _child(space: SearchSpace, name: str, parent: str) -> bool:
+    spec = space.params.get(name)
+    return spec is not None and parent in spec.when
+
+
+def _extension(
+    space: SearchSpace, base: FrozenTrial, scored: list[tuple[FrozenTrial, Standing]]
+) -> tuple[str, float] | None:
+    """(param, previous value) when `base` beat an earlier trial that differed from it only in
+    one numeric param: the search goes on the same way first."""
+    mine = next(s for t, s in scored if t.number == base.number)
+    for t, s in scored:
+        if t.number >= base.number or s >= mine:
+            continue
+        diff = [k for k in base.params if repr(base.params[k]) != repr(t.params.get(k))]
+        if set(t.params) == set(base.params) and len(diff) == 1:
+            spec = space.params[diff[0]]
+            if spec.kind in ("int", "float"):
+                return diff[0], float(t.params[diff[0]])
+    return None
+
+
+def _same_direction(current: float, target: float, previous: float) -> bool:
+    return (current - previous) * (target - current) > 0
+
+
+class Trend:
+    """A ridge regression of the finished trials' ranks (crashed and skipped lowest, then by
+    `standing`) on their params: numbers scaled to 0-1 (log ranges in log), one column per
+    categorical choice. Fitted jointly, so a choice the sampler happened to draw with bad
+    values of other params is not blamed for them, as a per-param average would."""
+
+    def __init__(self, space: SearchSpace, columns: list[tuple[str, Any]], weights: Any) -> None:
+        self.space = space
+        self.columns = columns
+        self.weights = weights
+        self.size = 0
+
+    @classmethod
+    def fit(cls, space: SearchSpace, trials: Sequence[FrozenTrial], ridge: float = 1.0) -> Trend:
+        import numpy as np
+
+        finished = [
+            t
+            for t in trials
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+            and record.DUPLICATE_OF not in t.user_attrs
+            and t.params
+        ]
+        columns: list[tuple[str, Any]] = []
+        for name, spec in space.params.items():
+            if spec.kind == "categorical":
+                columns += [(name, c) for c in (spec.choices or ())]
+            elif spec.kind in ("int", "float"):
+                columns.append((name, None))
+        trend = cls(space, columns, np.zeros(len(columns) + 1))
+        trend.size = len(finished)
+        if len(finished) < 2:
+            return trend
+        order = sorted(range(len(finished)), key=lambda i: _outcome(finished[i]))
+        y = np.empty(len(finished))
+        y[order] = np.arange(len(finished)) / (len(finished) - 1)
+        x = np.array([trend._row(t.params) for t in finished])
+        mean = y.mean()
+        a = x.T @ x + ridge * np.eye(x.shape[1])
+        a[-1, -1] -= ridge  # the intercept is not shrunk
+        trend.weights = np.linalg.solve(a, x.T @ (y - mean))
+        trend.weights[-1] += mean
+        return trend
+
+    def _row(self, params: Mapping[str, Any]) -> list[float]:
+        row = []
+        for name, choice in self.columns:
+            spec = self.space.params[name]
+            if name not in params:
+                row.append(0.0)
+            elif spec.kind == "categorical":
+                row.append(1.0 if same_value(params[name], choice) else 0.0)
+            else:
+                row.append(_unit(spec, float(params[name])))
+        return [*row, 1.0]
+
+    def predict(self, params: Mapping[str, Any]) -> float:
+        return float(sum(w * v for w, v in zip(self.weights, self._row(params), strict=True)))
+
+
+def _unit(spec: ParamSpec, value: float) -> float:
+    low, high = float(spec.low or 0), float(spec.high or 0)
+    if spec.log and low > 0 and value > 0:
+        low, high, value = math.log(low), math.log(high), math.log(value)
+    return (value - low) / (high - low) if high > low else 0.0
