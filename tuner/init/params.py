@@ -163,7 +163,8 @@ def _speculation(model: ModelFacts, draft_model: str | None) -> list[Param]:
         out.append(
             Param(
                 "speculative_adaptive",
-                {"choices": [None, True], "when": {"speculative_algorithm": "NEXTN"}},
+                # Only with a step count sglang accepts as the start (its default candidates).
+                {"choices": [None, True], "when": {"speculative_num_steps": [1, 3, 5]}},
                 [
                     "sglang 0.5.23 can choose the steps at run time from the accept lengths it "
                     "sees (fewer as the batch grows); the sampled steps are its start and must "
