@@ -77,3 +77,4 @@ median_tpot_ms
 median_itl_ms
 median_e2e_latency_ms
 modelled_time
+_.trials_to_95  # benchmarks/quality/matrix.py Cell: read from tuner_quality_worlds.json

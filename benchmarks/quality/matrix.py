@@ -59,7 +59,7 @@ class Cell:
     studies_beat_search: bool
     # method -> budget -> per-seed fraction of the optimum (and trials to 95%, None: never)
     fractions: dict[str, dict[int, list[float]]] = field(default_factory=dict)
-    trials_to_95: dict[str, list[int | None]] = field(default_factory=dict)
+    trials_to_95: dict[str, list[int | None]] = field(default_factory=dict)  # in the JSON
     wall_s: float = 0.0
 
 
