@@ -86,3 +86,4 @@ _.model_max_length
 assign_req_to_token_pool_cpu
 # A pydantic validator, called by pydantic (tuner/space/model.py).
 _env_as_text
+_.trials_to_95  # benchmarks/quality/matrix.py Cell: read from tuner_quality_worlds.json

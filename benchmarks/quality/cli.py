@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.oracle_measurer import NoiseModel, OracleCache
+from benchmarks.quality.matrix import MATRIX_METHODS, MATRIX_SPACES, run_matrix
 from benchmarks.quality.methods import METHODS, ROOT, Options
 from benchmarks.quality.report import jsonable, markdown, plot, to_json
 from benchmarks.quality.scoring import collect
 from benchmarks.quality.served import served_check
 from benchmarks.quality.study import run_study
 from benchmarks.quality.truth import Oracle, find_optimum, summarize_optimum
+from benchmarks.quality.worlds import SPACES, world_names
 from tuner.space import default_space_path, load_space
 from tuner.study import quiet_optuna
 
@@ -92,6 +94,24 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--served-time-scale", type=float, default=50.0)
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--no-plot", action="store_true")
+    p.add_argument(
+        "--worlds",
+        default="",
+        help="comma-separated simulator worlds (benchmarks/worlds/*.yaml, or all): "
+        "run the world x space matrix instead of one space",
+    )
+    p.add_argument(
+        "--spaces",
+        default=",".join(MATRIX_SPACES),
+        help=f"comma-separated spaces of the matrix ({', '.join(SPACES)})",
+    )
+    p.add_argument("--jobs", type=int, default=1, help="matrix cells run at once (processes)")
+    p.add_argument(
+        "--matrix",
+        action="store_true",
+        help="the preset matrix: every world x seed-3s,seed-10s,open-loop, default and tpe, "
+        "3 seeds, budgets 20,40, --dense-points 2 --no-refine, no served check, no plot",
+    )
     p.add_argument("--fast", action="store_true", help="tiny budgets, 1 seed, no served check")
     a = p.parse_args(argv)
     opts = Options(
@@ -106,7 +126,30 @@ def parse_args(argv: list[str] | None = None) -> Options:
         served_time_scale=a.served_time_scale,
         out=a.out,
         plot=not a.no_plot,
+        worlds=tuple(w for w in a.worlds.split(",") if w),
+        spaces=tuple(a.spaces.split(",")),
+        jobs=a.jobs,
     )
+    if a.matrix:
+        opts = Options(
+            **{
+                **asdict(opts),
+                "worlds": opts.worlds or ("all",),
+                "methods": MATRIX_METHODS,
+                "seeds": 3,
+                "budgets": (20, 40),
+                "dense_points": 2,
+                "refine": False,
+                "served": 0,
+                "plot": False,
+            }
+        )
+    bad_worlds = set(opts.worlds) - {*world_names(), "all"}
+    if bad_worlds:
+        p.error(f"unknown worlds {sorted(bad_worlds)}; known: {world_names()}")
+    bad_spaces = set(opts.spaces) - set(SPACES)
+    if bad_spaces:
+        p.error(f"unknown spaces {sorted(bad_spaces)}; known: {list(SPACES)}")
     unknown = set(opts.methods) - {m.name for m in METHODS}
     if unknown:
         p.error(f"unknown methods {sorted(unknown)}; known: {[m.name for m in METHODS]}")
@@ -125,4 +168,8 @@ def parse_args(argv: list[str] | None = None) -> Options:
 
 
 def main(argv: list[str] | None = None) -> None:
-    run(parse_args(argv))
+    opts = parse_args(argv)
+    if opts.worlds:
+        run_matrix(opts)
+    else:
+        run(opts)

@@ -151,3 +151,7 @@ class Options:
     served_time_scale: float = 50.0
     out: Path = ROOT / "benchmarks" / "results"
     plot: bool = True
+    # The world x space matrix (benchmarks/quality/matrix.py); no world: the single space above.
+    worlds: tuple[str, ...] = ()
+    spaces: tuple[str, ...] = ("seed-3s",)
+    jobs: int = 1  # cells run at once (processes)

@@ -1,0 +1,87 @@
+"""Worlds and spaces: the matrix dimension of the quality benchmark.
+
+A *world* is a simulator the tuner has not seen: a `--sim-profile-overrides` file in
+`benchmarks/worlds/` (docs/sim-effects.md) that changes effect strengths or profile constants,
+or renames the GPU so the tuner's spec table does not know it. The world reaches the simulator
+only, through the space's `sim:` mapping (`profile_overrides: PATH` becomes
+`--sim-profile-overrides PATH`, tuner/study/run.py `sim_args`); the tuner's estimate never reads
+it, and `--sim-describe` tells the tuner the world's GPU name and memory as NVML would.
+
+A *space* is the seed space with top-level keys replaced (`SpaceSource.build(**overrides)`),
+so every variant is validated by the loader like a file a user wrote:
+
+    seed-3s     the seed space as shipped (p99 TTFT <= 3 s)
+    seed-10s    the same at p99 TTFT <= 10 s, where deeper speculation can pay
+    open-loop   Poisson arrivals at 1.5 requests/s (sglang's defaults serve about 1 a second
+                here), no client count, p99 TTFT <= 10 s: the running cap is bounded by
+                `high: capacity` (resolved as `tuner optimize` does,
+                tuner/predict/capacity_bound.py, from what the world's GPU reports)
+
+    space = world_space("seed-10s", "decay")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.quality.methods import ROOT
+from tuner.host import read_host_facts
+from tuner.predict.capacity_bound import running_capacity
+from tuner.space import SearchSpace, default_space_path
+from tuner.space.load import read_space_file
+from tuner.study import StudyOptions, launch_target
+
+WORLDS_DIR = ROOT / "benchmarks" / "worlds"
+SHIPPED = "shipped"
+
+
+def world_names() -> list[str]:
+    return sorted(p.stem for p in WORLDS_DIR.glob("*.yaml"))
+
+
+def world_path(name: str) -> Path:
+    path = WORLDS_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise SystemExit(f"unknown world {name!r}; known: {', '.join(world_names())}")
+    return path
+
+
+def _seed_10s(data: dict[str, Any]) -> dict[str, Any]:
+    return {"slos": ["p99_ttft_ms <= 10000"]}
+
+
+def _open_loop(data: dict[str, Any]) -> dict[str, Any]:
+    params = dict(data["params"])
+    # No client count bounds an open loop: what the GPU can run at once does.
+    params["max_running_requests"] = {"low": 1, "high": "capacity", "log": True}
+    bench = {**data["bench"], "concurrency": None, "request_rate": 1.5, "arrival": "poisson"}
+    return {"params": params, "bench": bench, "slos": ["p99_ttft_ms <= 10000"]}
+
+
+SPACES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "seed-3s": lambda data: {},
+    "seed-10s": _seed_10s,
+    "open-loop": _open_loop,
+}
+
+
+def world_space(space_name: str, world: str | None) -> SearchSpace:
+    """The named space variant, served by the named world's simulator (None: as shipped)."""
+    if space_name not in SPACES:
+        raise SystemExit(f"unknown space {space_name!r}; known: {', '.join(SPACES)}")
+    source = read_space_file(default_space_path())
+    data = source.data
+    assert isinstance(data, dict)
+    overrides = SPACES[space_name](data)
+    if world and world != SHIPPED:
+        overrides["sim"] = {**data.get("sim", {}), "profile_overrides": str(world_path(world))}
+    overrides["name"] = f"{data['name']}.{space_name}" + (f".{world}" if world else "")
+    space = source.build(**overrides)
+    if space.needs_capacity:
+        target = launch_target(space, StudyOptions(engine="sim"))
+        host = read_host_facts("sim", target.module, target.extra_args, space.model_path)
+        capacity = running_capacity(space, host.model, host.gpu_memory_gb)
+        space = source.build(**overrides, capacity=capacity)
+    return space
