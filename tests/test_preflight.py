@@ -97,7 +97,7 @@ def test_a_resumed_study_costs_only_what_is_left(tmp_path):
 
 
 def test_version_mismatch_writes_the_translated_space(tmp_path, monkeypatch):
-    monkeypatch.setattr(version_check, "installed_sglang", lambda: "0.5.10")
+    monkeypatch.setattr(version_check, "installed_sglang", lambda python=None: "0.5.10")
     space = load_space(QWEN3_8B)
     with pytest.raises(UserError) as raised:
         version_check.check_installed_sglang(space, out_dir=tmp_path)
@@ -117,13 +117,13 @@ def test_version_mismatch_writes_the_translated_space(tmp_path, monkeypatch):
 
 def test_engine_sglang_checks_the_release_before_anything(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(version_check, "installed_sglang", lambda: "0.5.10")
+    monkeypatch.setattr(version_check, "installed_sglang", lambda python=None: "0.5.10")
     result = CliRunner().invoke(
         app, ["optimize", "--engine", "sglang", "--space", str(QWEN3_8B), "--dry-run"]
     )
     assert isinstance(result.exception, UserError)
     assert (tmp_path / "qwen3-8b-h200.sglang-0.5.10.yaml").is_file()
-    monkeypatch.setattr(version_check, "installed_sglang", lambda: None)
+    monkeypatch.setattr(version_check, "installed_sglang", lambda python=None: None)
     with pytest.raises(UserError, match=r"sglang is not installed here.*\[sglang\]"):
         version_check.check_installed_sglang(load_space(QWEN3_8B))
     # ... which a dry run only notes: the cost can be read on a laptop before the GPU host.
@@ -133,5 +133,5 @@ def test_engine_sglang_checks_the_release_before_anything(tmp_path, monkeypatch)
     assert dry.exit_code == 0, dry.output
     assert "note: --engine sglang: sglang is not installed here" in dry.output
     assert "cost: 40 launches" in dry.output
-    monkeypatch.setattr(version_check, "installed_sglang", lambda: "0.5.23.post1")
+    monkeypatch.setattr(version_check, "installed_sglang", lambda python=None: "0.5.23.post1")
     version_check.check_installed_sglang(load_space(QWEN3_8B))  # same flags: nothing to say
