@@ -11,7 +11,7 @@ The YAML file format is described in tuner/space/load.py.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import optuna
@@ -218,6 +218,26 @@ class SearchSpace(BaseModel):
             "objectives": self.objectives.model_dump(),
             "slos": [str(slo) for slo in self.slos],
         } | ({"capacity": self.capacity} if self.capacity is not None else {})
+
+
+def active_values(
+    space: SearchSpace,
+    params: Mapping[str, Any],
+    missing: Callable[[ParamSpec], Any] | None = None,
+) -> dict[str, Any]:
+    """The active params in sampling order, derived ones computed: a value from `params`, else
+    `missing(spec)`, else (no `missing`) the param is left out."""
+    values: dict[str, Any] = {}
+    for spec in space.params.values():
+        if not spec.is_active(values):
+            continue
+        if spec.kind == "derived":
+            values[spec.name] = evaluate(spec.derive or "", values)
+        elif spec.name in params:
+            values[spec.name] = params[spec.name]
+        elif missing is not None:
+            values[spec.name] = missing(spec)
+    return values
 
 
 def suggest_flags(trial: optuna.Trial, space: SearchSpace) -> dict[str, object]:

@@ -38,8 +38,7 @@ from tuner.host import HostFacts
 from tuner.predict.estimate import Estimator, Observation
 from tuner.predict.gpu_specs import gpu_spec, known_gpus
 from tuner.results import record
-from tuner.space.derive import evaluate
-from tuner.space.model import ParamSpec, SearchSpace, same_value
+from tuner.space.model import ParamSpec, SearchSpace, active_values, same_value
 from tuner.study.budget import measured_count
 from tuner.study.local_search import LocalSearch, LocalSearchConfig
 from tuner.study.options import StudyOptions
@@ -341,23 +340,17 @@ def _walk(
 ) -> dict[str, Any]:
     """The active params in sampling order, derived ones computed; with `rng`, an active param
     missing from `params` gets a random value, without it the param is left out."""
-    values: dict[str, Any] = {}
-    for spec in space.params.values():
-        if not spec.is_active(values):
-            continue
-        if spec.kind == "derived":
-            values[spec.name] = evaluate(spec.derive or "", values)
-        elif spec.name in params:
-            values[spec.name] = params[spec.name]
-        elif rng is None:
-            continue
-        elif spec.kind == "categorical":
-            values[spec.name] = rng.choice(list(spec.choices or ()))
-        elif rng.random() < ends:
-            values[spec.name] = _snap(spec, float(rng.choice([spec.low, spec.high]) or 0))
-        else:
-            values[spec.name] = _snap(spec, _draw(spec, rng))
-    return values
+    if rng is None:
+        return active_values(space, params)
+
+    def draw(spec: ParamSpec) -> Any:
+        if spec.kind == "categorical":
+            return rng.choice(list(spec.choices or ()))
+        if rng.random() < ends:
+            return _snap(spec, float(rng.choice([spec.low, spec.high]) or 0))
+        return _snap(spec, _draw(spec, rng))
+
+    return active_values(space, params, draw)
 
 
 def _grid(spec: ParamSpec, points: int = 12) -> list[Any]:

@@ -47,7 +47,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.results import record
-from tuner.space.model import ParamSpec, SearchSpace, same_value
+from tuner.space.model import ParamSpec, SearchSpace, active_values, same_value
 
 Params = dict[str, Any]
 Standing = tuple[int, float]  # (1, throughput) when SLO-feasible, (0, -violation) when not
@@ -309,20 +309,11 @@ def neutral(spec: ParamSpec) -> Any:
 def complete(space: SearchSpace, params: Mapping[str, Any], donor: Mapping[str, Any]) -> Params:
     """The active sampled params of `params` in the space's order: inactive ones dropped,
     newly active ones from `donor`, else `neutral`."""
-    from tuner.space.derive import evaluate
 
-    values: dict[str, Any] = {}
-    for spec in space.params.values():
-        if not spec.is_active(values):
-            continue
-        if spec.kind == "derived":
-            values[spec.name] = evaluate(spec.derive or "", values)
-        elif spec.name in params:
-            values[spec.name] = params[spec.name]
-        elif spec.name in donor:
-            values[spec.name] = donor[spec.name]
-        else:
-            values[spec.name] = neutral(spec)
+    def fill(spec: ParamSpec) -> Any:
+        return donor[spec.name] if spec.name in donor else neutral(spec)
+
+    values = active_values(space, params, fill)
     return {k: v for k, v in values.items() if space.params[k].kind != "derived"}
 
 
