@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.oracle_measurer import NoiseModel, OracleCache
+from benchmarks.oracle_measurer import NoiseModel, OracleCache, default_store
 from benchmarks.quality.matrix import MATRIX_METHODS, MATRIX_SPACES, run_matrix
 from benchmarks.quality.methods import METHODS, ROOT, Options
 from benchmarks.quality.report import jsonable, markdown, plot, to_json
@@ -34,7 +34,7 @@ def run(opts: Options) -> dict[str, Any]:
     quiet_optuna()
     seed_space = load_space(opts.space_path or default_space_path())
     space, notes = seed_space, []
-    oracle = Oracle(space, OracleCache(space))
+    oracle = Oracle(space, OracleCache(space, opts.oracle_store))
     noise = NoiseModel(0.02 * opts.noise, 0.02 * opts.noise, 0.05 * opts.noise)
     print("oracle optimum: dense grid + refinement ...", flush=True)
     searched = find_optimum(oracle, opts.dense_points, opts.refine)
@@ -53,6 +53,7 @@ def run(opts: Options) -> dict[str, Any]:
             print(f"{method.name:20s} seed {seed}: {r.wall_s:5.1f} s", flush=True)
     # What the studies launched joins the truth: a configuration they found beyond the
     # search would raise the optimum (and is reported), never push a fraction above 1.
+    oracle.save()
     optimum = summarize_optimum(oracle, searched.seconds)
     optimum.studies_beat_search = optimum.best_throughput > searched.best_throughput
     optimum.searched_configurations = searched.configurations
@@ -109,10 +110,16 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument(
         "--matrix",
         action="store_true",
-        help="the preset matrix: every world x seed-3s,seed-10s,open-loop, default and tpe, "
+        help="the preset matrix: every world x seed-3s,seed-10s,open-loop, default and "
+        "model-free, "
         "3 seeds, budgets 20,40, --dense-points 2 --no-refine, no served check, no plot",
     )
     p.add_argument("--fast", action="store_true", help="tiny budgets, 1 seed, no served check")
+    p.add_argument(
+        "--no-oracle-cache",
+        action="store_true",
+        help=f"do not keep oracle results between runs (kept in {default_store()})",
+    )
     a = p.parse_args(argv)
     opts = Options(
         budgets=tuple(sorted(int(b) for b in a.budgets.split(","))),
@@ -129,6 +136,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         worlds=tuple(w for w in a.worlds.split(",") if w),
         spaces=tuple(a.spaces.split(",")),
         jobs=a.jobs,
+        oracle_store=None if a.no_oracle_cache else default_store(),
     )
     if a.matrix:
         opts = Options(

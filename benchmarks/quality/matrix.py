@@ -30,7 +30,7 @@ from tuner.study import quiet_optuna
 
 # What `--matrix` runs: every world, the three spaces, the default and model-free search.
 MATRIX_SPACES = ("seed-3s", "seed-10s", "open-loop")
-MATRIX_METHODS = ("default", "tpe")
+MATRIX_METHODS = ("default", "model-free")
 # In this order, so that a run cut short has the seed's world and the hardest ones first.
 MATRIX_WORLDS = (
     "shipped",
@@ -67,13 +67,15 @@ def run_cell(world: str, space_name: str, opts: Options) -> Cell:
     started = time.perf_counter()
     quiet_optuna()
     space = world_space(space_name, world)
-    oracle = Oracle(space, OracleCache(space))
+    oracle = Oracle(space, OracleCache(space, opts.oracle_store))
     noise = NoiseModel(0.02 * opts.noise, 0.02 * opts.noise, 0.05 * opts.noise)
     searched = find_optimum(oracle, opts.dense_points, opts.refine)
+    oracle.save()
     methods = [m for m in METHODS if m.name in opts.methods]
     budget = max(opts.budgets)
     seeds = range(opts.seeds)
     runs = [run_study(m, s, budget, space, oracle, noise) for m in methods for s in seeds]
+    oracle.save()
     optimum = summarize_optimum(oracle, searched.seconds)
     table = collect(runs, optimum, opts.budgets)
     return Cell(

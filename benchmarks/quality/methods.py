@@ -155,3 +155,5 @@ class Options:
     worlds: tuple[str, ...] = ()
     spaces: tuple[str, ...] = ("seed-3s",)
     jobs: int = 1  # cells run at once (processes)
+    # Oracle results kept between runs (benchmarks/oracle_measurer.py OracleCache); None: none.
+    oracle_store: Path | None = None
