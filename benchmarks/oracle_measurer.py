@@ -46,6 +46,7 @@ GPU time model (modelled seconds the GPU is held; `GpuTimeModel`, stated assumpt
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -58,7 +59,6 @@ from typing import Any
 import numpy as np
 
 import tuner.sim as sim_package
-
 from tuner.bench.client import RequestRecord
 from tuner.bench.metrics import summarize
 from tuner.bench.workload import WorkloadSpec
@@ -189,10 +189,8 @@ class OracleCache:
         self._file.parent.mkdir(parents=True, exist_ok=True)
         merged = dict(self._results)
         if self._file.is_file():
-            try:
+            with contextlib.suppress(Exception):  # unreadable: this run's results alone
                 merged = {**pickle.loads(self._file.read_bytes()), **merged}
-            except Exception:
-                pass
         tmp = self._file.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_bytes(pickle.dumps(merged, protocol=pickle.HIGHEST_PROTOCOL))
         tmp.replace(self._file)
