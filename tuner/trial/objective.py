@@ -109,7 +109,13 @@ class TrialObjective:
             stages = t.user_attrs.get(record.STAGES) or []
             if len(stages) > stage:
                 feasible = record.feasible(t.constraints)
-                points.append(replace(self._point(stages[stage]), feasible=feasible))
+                # The front cut learns how far a full run ends from its stages; a repeat's
+                # copied figures would count one trial twice.
+                final = None
+                if record.DUPLICATE_OF not in t.user_attrs and t.values:
+                    final = (float(t.values[0]), float(t.values[1]))
+                point = replace(self._point(stages[stage]), feasible=feasible, final=final)
+                points.append(point)
         return points
 
     def _point(self, summary: dict[str, Any]) -> StagePoint:
