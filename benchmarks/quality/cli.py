@@ -83,6 +83,12 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--budgets", default="20,40,80,200", help="comma-separated trial budgets")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument(
+        "--other-seeds",
+        type=int,
+        default=None,
+        help="seeds of the matrix's cells on spaces other than the seed's (default: --seeds)",
+    )
+    p.add_argument(
         "--methods",
         default=",".join(Options.methods),
         help="comma-separated; gp and gp-no-guide (GPSampler, needs PyTorch) only when named",
@@ -110,9 +116,9 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument(
         "--matrix",
         action="store_true",
-        help="the preset matrix: every world x seed-3s,seed-10s,open-loop, default and "
-        "model-free, "
-        "3 seeds, budgets 20,40, --dense-points 2 --no-refine, no served check, no plot",
+        help="the preset matrix: every world x seed-3s,seed-10s,open-loop,tpot-8b, default, "
+        "default-stop and model-free, 10 seeds on the seed's spaces and 5 on the others, "
+        "budgets 20,40, --dense-points 2 --no-refine, no served check, no plot",
     )
     p.add_argument("--fast", action="store_true", help="tiny budgets, 1 seed, no served check")
     p.add_argument(
@@ -137,6 +143,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         spaces=tuple(a.spaces.split(",")),
         jobs=a.jobs,
         oracle_store=None if a.no_oracle_cache else default_store(),
+        other_seeds=a.other_seeds,
     )
     if a.matrix:
         opts = Options(
@@ -144,7 +151,8 @@ def parse_args(argv: list[str] | None = None) -> Options:
                 **asdict(opts),
                 "worlds": opts.worlds or ("all",),
                 "methods": MATRIX_METHODS,
-                "seeds": 3,
+                "seeds": 10,
+                "other_seeds": 5,
                 "budgets": (20, 40),
                 "dense_points": 2,
                 "refine": False,

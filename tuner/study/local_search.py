@@ -174,12 +174,17 @@ class LocalSearch:
                 priority += self.config.branch_offset - (1.0 if own else 0.0)
             if queued and _more_slots(move, params):
                 priority -= self.config.slots_bonus
-            effect = effects.get(
-                (
-                    move.param,
-                    repr(params.get(move.param)),
-                    repr(move.value),
-                    _context(self.space, params, move.param),
+            compound = any(name in params for name, _v in move.switched_on)
+            effect = (
+                None
+                if compound
+                else effects.get(
+                    (
+                        move.param,
+                        repr(params.get(move.param)),
+                        repr(move.value),
+                        _context(self.space, params, move.param),
+                    )
                 )
             )
             if effect is not None:
@@ -230,12 +235,37 @@ def moves(space: SearchSpace, params: Mapping[str, Any]) -> list[Move]:
             for move in _categorical_moves(spec, value):
                 out.append(move)
                 out += _with_ends(space, params, move)
+                out += _with_children(space, params, move)
         else:
             seen = {repr(value)}
             for level, target in _numeric_targets(spec, float(value)):
                 if repr(target) not in seen:
                     seen.add(repr(target))
-                    out.append(Move(name, target, level))
+                    move = Move(name, target, level)
+                    out.append(move)
+                    out += _with_children(space, params, move)
+    return out
+
+
+def _with_children(space: SearchSpace, params: Mapping[str, Any], move: Move) -> list[Move]:
+    """The move made together with each other choice of a categorical param whose activity
+    depends on the moved one and that is on before and after it (level + 0.5): such a pair
+    interacts by the space's own structure (adaptive speculation's meaning depends on the
+    draft steps it starts from), so one param moved alone can hide what the pair gives."""
+    moved = {**params, move.param: move.value}
+    out = []
+    for spec in space.params.values():
+        if (
+            move.param in spec.when
+            and spec.kind == "categorical"
+            and spec.name in params
+            and spec.is_active(moved)
+        ):
+            for choice in spec.choices or ():
+                if not same_value(choice, params[spec.name]):
+                    out.append(
+                        Move(move.param, move.value, move.level + 0.5, ((spec.name, choice),))
+                    )
     return out
 
 
