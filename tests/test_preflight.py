@@ -55,6 +55,19 @@ def test_dry_run_prints_the_cost_and_the_first_configurations_and_stores_nothing
     assert not (tmp_path / "studies").exists()
 
 
+def test_dry_run_of_a_grid_smaller_than_the_preview_lists_each_point_once(tmp_path):
+    # Telling the preview's last grid point made Optuna's GridSampler call study.stop(), which
+    # raises outside study.optimize.
+    space = small_space(tmp_path)
+    data = yaml.safe_load(space.read_text())
+    data["params"] = {"max_running_requests": {"choices": [4, 8]}}
+    space.write_text(yaml.safe_dump(data))
+    out = _dry_run(tmp_path, space, "--sampler", "grid", "--trials", "10", "--no-guide")
+    sampled = re.findall(r"trial \d+ sampler: (.*)", out)
+    assert sorted(sampled) == ["--max-running-requests 4", "--max-running-requests 8"]
+    assert "dry run: nothing launched, no study created" in out
+
+
 def test_dry_run_starts_no_server(tmp_path, monkeypatch):
     def no_launch(*_args: object, **_kw: object) -> None:
         raise AssertionError("a dry run started a server")
