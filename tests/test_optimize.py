@@ -298,7 +298,8 @@ def test_a_grid_smaller_than_the_budget_ends_the_study_when_every_point_is_tried
     data["params"] = {"max_running_requests": {"choices": [4, 8]}}
     space.write_text(yaml.safe_dump(data))
     events: list[tuple[str, dict]] = []
-    options = _options(tmp_path, space, trials=6, sampler="grid", warm_start=False)
+    # The grid alone: no estimate-picked first trials, no local search queueing neighbours.
+    options = _options(tmp_path, space, trials=6, sampler="grid", warm_start=False, polish=False)
     summary = run_study(resolve_run(options), on_event=lambda k, d: events.append((k, d)))
     trials = _trials(tmp_path, "small")
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 3  # the default, then the grid
