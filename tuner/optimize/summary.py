@@ -69,7 +69,7 @@ def print_summary(
 def stopped_line(summary: StudySummary, saved: StudyCost | None) -> str:
     """Why the study ended before --trials, what that saved, and how to go on."""
     left = max(summary.budget - summary.launched, 0)
-    hours = f", ~{saved.gpu_hours:.2f} GPU hours (modelled)" if saved is not None else ""
+    hours = f", ~{saved.gpu_hours:.2f} {saved.hours_unit} (modelled)" if saved is not None else ""
     return (
         f"done after {summary.launched} of {summary.budget} trials: {summary.stopped_because}. "
         f"Saved {left} launches{hours}. To run them anyway, the same command with --min-gain 0 "
