@@ -225,6 +225,16 @@ class BenchClient:
         result = response.json()
         return result if isinstance(result, dict) else {}
 
+    async def flush_cache(self) -> int | None:
+        """POST /flush_cache (sglang and the simulator): the HTTP status, None when unreachable.
+
+        200: the prefix cache is empty; 400: requests still run or wait, nothing was flushed."""
+        try:
+            response = await self._http.post("/flush_cache", timeout=_CONNECT_TIMEOUT_S)
+        except httpx.HTTPError:
+            return None
+        return response.status_code
+
     async def send(
         self,
         index: int,
@@ -249,7 +259,11 @@ class BenchClient:
         )
         output: list[int] | str | None = None
         stamps = Stamps() if self.modelled else None
-        timeout = None if self.request_timeout_s is None else clock.to_wall(self.request_timeout_s)
+        timeout = None
+        if self.request_timeout_s is not None:
+            # An open loop sends requests to the simulator ahead of the modelled time they are
+            # due (modelled.py), and it holds them until then: their time limit starts there.
+            timeout = clock.to_wall(self.request_timeout_s + self._held_s(body))
         try:
             async with asyncio.timeout(timeout):
                 output = await self._stream(content, record, capture_output, stamps)
@@ -264,6 +278,12 @@ class BenchClient:
         else:
             stamps.finish(record, self.origin)
         return record, output
+
+    def _held_s(self, body: dict[str, Any]) -> float:
+        """Modelled seconds at most that the simulator holds a request before it is due."""
+        sim = body.get("sim") if self.modelled else None
+        at = sim.get("at") if isinstance(sim, dict) else None
+        return max(float(at) - self.origin, 0.0) if isinstance(at, int | float) else 0.0
 
     async def _stream(
         self, content: bytes, record: RequestRecord, capture_output: bool, stamps: Stamps | None
