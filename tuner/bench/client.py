@@ -36,6 +36,9 @@ from tuner.errors import UserError
 
 API_KEY_ENV = "SGLANG_API_KEY"
 _CONNECT_TIMEOUT_S = 30.0  # wall seconds; a local server that takes longer is not serving
+# How much slower than its time scale the simulator may run before a request's wall-clock guard
+# ends it (its time limit proper is checked in modelled time).
+_MODELLED_WALL_SLACK = 10.0
 
 
 class ModelClock:
@@ -264,6 +267,11 @@ class BenchClient:
             # An open loop sends requests to the simulator ahead of the modelled time they are
             # due (modelled.py), and it holds them until then: their time limit starts there.
             timeout = clock.to_wall(self.request_timeout_s + self._held_s(body))
+            if stamps is not None:
+                # On a busy host the simulator runs slower than its time scale: the limit is
+                # judged in modelled time below; the wall clock only keeps a request that never
+                # ends from hanging the run.
+                timeout = timeout * _MODELLED_WALL_SLACK + _CONNECT_TIMEOUT_S
         try:
             async with asyncio.timeout(timeout):
                 output = await self._stream(content, record, capture_output, stamps)
@@ -277,6 +285,9 @@ class BenchClient:
             record.end_s = clock.now()
         else:
             stamps.finish(record, self.origin)
+            limit = self.request_timeout_s
+            if record.error is None and limit is not None and record.latency_s > limit:
+                record.error = f"timeout after {limit:g} s"
         return record, output
 
     def _held_s(self, body: dict[str, Any]) -> float:

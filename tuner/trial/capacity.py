@@ -192,7 +192,7 @@ def search_capacity(
     duration = 0.0
     server_lost: str | None = None
     while (rate := search.next_rate()) is not None:
-        flushed = None if not steps else _drain_and_flush(config)
+        flushed = None if not steps else drain_and_flush(config)
         step_config = replace(
             config,
             request_rate=rate,
@@ -267,7 +267,7 @@ def _step_metrics(summary: Summary, slos: Sequence[Slo]) -> dict[str, float]:
     return {n: v for n, v in values.items() if v is not None}
 
 
-def _drain_and_flush(config: BenchConfig) -> bool:
+def drain_and_flush(config: BenchConfig) -> bool:
     """Wait until the stopped step's requests have left the server, then empty its prefix cache.
 
     `/flush_cache` refuses (400) while requests run or wait, so one call does both. False when
