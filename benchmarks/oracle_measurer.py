@@ -46,12 +46,19 @@ GPU time model (modelled seconds the GPU is held; `GpuTimeModel`, stated assumpt
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import math
+import os
+import pickle
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+import tuner.sim as sim_package
 from tuner.bench.client import RequestRecord
 from tuner.bench.metrics import summarize
 from tuner.bench.workload import WorkloadSpec
@@ -130,14 +137,64 @@ def sim_extra_args(space: SearchSpace) -> list[str]:
     return list(launch_target(space, StudyOptions(engine="sim")).extra_args)
 
 
-class OracleCache:
-    """Memoised `predict` for one space: the oracle is pure, and sweeps revisit configurations."""
+def default_store() -> Path:
+    """Where the benchmarks keep oracle results between runs (outside the repository)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "sglang-tuner" / "oracle"
 
-    def __init__(self, space: SearchSpace) -> None:
+
+class OracleCache:
+    """Memoised `predict` for one space: the oracle is pure, and sweeps revisit configurations.
+
+    With `store` (a folder), the results also persist across runs in one pickle per space,
+    keyed by everything the oracle's answer depends on: the simulator's source and profiles,
+    the --sim-* options (the contents of a profile-overrides file included), the workload and
+    the bench settings. A change to any of them starts a new file; `save()` writes atomically.
+    """
+
+    def __init__(self, space: SearchSpace, store: Path | None = None) -> None:
         self.space = space
         self.workload = WorkloadSpec.from_dict(space.workload)
         self.extra = sim_extra_args(space)
         self._results: dict[tuple[str, ...], OracleResult] = {}
+        self._file = store / f"{self._digest()}.pkl" if store is not None else None
+        self._loaded = 0
+        if self._file is not None and self._file.is_file():
+            try:
+                self._results = pickle.loads(self._file.read_bytes())
+            except Exception:  # a file cut short by a killed run: start again
+                self._results = {}
+            self._loaded = len(self._results)
+
+    def _digest(self) -> str:
+        h = hashlib.sha256()
+        sim_root = Path(sim_package.__file__).parent
+        for path in sorted(sim_root.rglob("*")):
+            if path.suffix in (".py", ".yaml", ".yml", ".json") and path.is_file():
+                h.update(str(path.relative_to(sim_root)).encode() + path.read_bytes())
+        for arg in self.extra:
+            h.update(arg.encode())
+            if Path(arg).is_file():
+                h.update(Path(arg).read_bytes())
+        bench = self.space.bench
+        h.update(json.dumps(self.space.workload, sort_keys=True, default=str).encode())
+        h.update(repr((bench.concurrency, bench.request_rate, bench.arrival)).encode())
+        h.update(repr(bench.warmup_requests).encode())
+        return h.hexdigest()[:20]
+
+    def save(self) -> None:
+        """Write the results to the store (merged with what another run saved meanwhile)."""
+        if self._file is None or len(self._results) == self._loaded:
+            return
+        self._file.parent.mkdir(parents=True, exist_ok=True)
+        merged = dict(self._results)
+        if self._file.is_file():
+            with contextlib.suppress(Exception):  # unreadable: this run's results alone
+                merged = {**pickle.loads(self._file.read_bytes()), **merged}
+        tmp = self._file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(pickle.dumps(merged, protocol=pickle.HIGHEST_PROTOCOL))
+        tmp.replace(self._file)
+        self._loaded = len(self._results)
 
     def __call__(self, server_args: list[str]) -> OracleResult:
         key = tuple(server_args)

@@ -140,3 +140,76 @@ def test_standing_ranks_feasible_above_violations_and_ignores_crashes(space):
     )
     assert standing(crashed) is None
     assert not math.isnan(ranked[0][1])
+
+
+ADAPTIVE_SPACE = {
+    **SPACE,
+    "params": {
+        **SPACE["params"],
+        "speculative_adaptive": {
+            "choices": [None, True],
+            "when": {"speculative_num_steps": [1, 3, 5]},
+        },
+    },
+}
+
+
+def _trial(study: optuna.Study, params: dict, throughput: float) -> None:
+    """A finished, SLO-feasible trial with these params and this throughput."""
+    dists = {
+        "speculative_algorithm": optuna.distributions.CategoricalDistribution([None, "NEXTN"]),
+        "speculative_num_steps": optuna.distributions.IntDistribution(1, 5),
+        "speculative_adaptive": optuna.distributions.CategoricalDistribution([None, True]),
+        "mem_fraction_static": optuna.distributions.FloatDistribution(0.7, 0.95, step=0.01),
+        "max_running_requests": optuna.distributions.IntDistribution(1, 16, log=True),
+        "chunked_prefill_size": optuna.distributions.CategoricalDistribution(
+            [2048, 4096, 8192, 16384]
+        ),
+    }
+    study.add_trial(
+        optuna.trial.create_trial(
+            params=params,
+            distributions={k: dists[k] for k in params},
+            values=[throughput, 10.0],
+            user_attrs={
+                record.OUTCOME: record.OUTCOME_OK,
+                record.METRICS: {"output_throughput": throughput},
+                record.CONSTRAINTS: {"launch": 0.0, "slo:p99_ttft_ms": -0.5},
+            },
+            system_attrs={"constraints": [0.0, -0.5]},
+        )
+    )
+
+
+def test_a_param_moves_with_each_choice_of_a_param_it_switches():
+    """Draft steps 3 -> 1 also comes with adaptive speculation flipped: the two interact by the
+    space's structure, so the move alone can hide what the pair gives."""
+    space = space_from_dict(ADAPTIVE_SPACE)
+    start = {**START, "speculative_algorithm": "NEXTN", "speculative_num_steps": 3}
+    start["speculative_adaptive"] = None
+    pairs = [m for m in moves(space, start) if m.param == "speculative_num_steps" and m.value == 1]
+    assert {dict(m.switched_on).get("speculative_adaptive", "alone") for m in pairs} == {
+        "alone",
+        True,
+    }
+    # Steps 2 switch adaptive off: no pair with it.
+    two = [m for m in moves(space, start) if m.param == "speculative_num_steps" and m.value == 2]
+    assert all(not m.switched_on for m in two)
+
+
+def test_a_measured_effect_carries_over_only_where_the_switched_params_are_the_same():
+    """Steps 3 -> 1 was worse without adaptive speculation; from an adaptive incumbent the same
+    move is proposed first all the same (its effect there is unknown)."""
+    space = space_from_dict(ADAPTIVE_SPACE)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    base = {**START, "speculative_algorithm": "NEXTN", "mem_fraction_static": 0.95}
+    base["max_running_requests"] = 16
+    _trial(study, {**base, "speculative_num_steps": 3, "speculative_adaptive": None}, 478.0)
+    _trial(study, {**base, "speculative_num_steps": 1, "speculative_adaptive": None}, 426.0)
+    _trial(study, {**base, "speculative_num_steps": 3, "speculative_adaptive": True}, 481.0)
+    search = LocalSearch(space, seed=0)
+    trials = study.get_trials(deepcopy=False)
+    tried = {key(t.params) for t in trials}
+    proposal = search.propose(trials, tried)
+    assert proposal is not None
+    assert proposal["speculative_num_steps"] == 1 and proposal["speculative_adaptive"] is True

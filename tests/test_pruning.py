@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 from tuner.trial.pruning import StagePoint, StagePruner, StagePrunerConfig, decide
 
 CONFIG = StagePrunerConfig(n_startup_trials=4, percentile=25, margin=0.1, min_dominators=2)
@@ -65,3 +67,46 @@ def test_infeasible_trials_do_not_count_as_dominators():
     assert not decide(1, 4, StagePoint(60.0, 40.0), infeasible, CONFIG).prune
     mixed = [*infeasible[:3], *HISTORY[3:]]  # two feasible dominators remain
     assert decide(1, 4, StagePoint(60.0, 40.0), mixed, CONFIG).prune
+
+
+# -- the front cut: can the trial still reach the front of feasible full runs? ----------------
+
+FRONT = StagePrunerConfig(n_startup_trials=100, front_min_trials=3, front_slack=0.05)
+# Completed trials: stage-1 point and full run. Their full runs ended 1.1x to 1.3x above the
+# first stage's throughput and 0.9x to 1.0x its latency.
+FINISHED = [
+    StagePoint(100.0, 20.0, final=(130.0, 18.0)),
+    StagePoint(200.0, 30.0, final=(220.0, 30.0)),
+    StagePoint(150.0, 25.0, final=(180.0, 24.0)),
+]
+
+
+def test_front_cut_cuts_a_trial_whose_best_case_a_full_run_beats():
+    # Best case: 100 x 1.3 x 1.05 = 136.5 tok/s at 40 x 0.9 / 1.05 = 34.3 ms; 220 at 30 beats it.
+    d = decide(0, 4, StagePoint(100.0, 40.0, duration_s=30.0), FINISHED, FRONT)
+    assert d.prune and "cannot reach the front" in d.reason
+    assert d.time_saved_s == 90.0  # three stages of 30 s left
+
+
+def test_front_cut_keeps_a_trial_the_widest_factor_could_lift_onto_the_front():
+    # 170 x 1.365 = 232: no full run has more throughput at no worse latency.
+    assert not decide(0, 4, StagePoint(170.0, 40.0), FINISHED, FRONT).prune
+    # Low throughput but a latency no full run matches: it may end on the front.
+    assert not decide(0, 4, StagePoint(50.0, 15.0), FINISHED, FRONT).prune
+    # A trial that once ended 2.5x above its first stage widens every best case.
+    wide = [*FINISHED, StagePoint(60.0, 30.0, final=(150.0, 30.0))]
+    assert not decide(0, 4, StagePoint(100.0, 40.0), wide, FRONT).prune
+
+
+def test_front_cut_needs_feasible_full_runs_enough_of_them_and_a_stage_left():
+    current = StagePoint(100.0, 40.0)
+    infeasible = [replace(p, feasible=False) for p in FINISHED]
+    assert not decide(0, 4, current, infeasible, FRONT).prune
+    assert not decide(0, 4, current, FINISHED[:2], FRONT).prune
+    no_finals = [replace(p, final=None) for p in FINISHED]
+    assert not decide(0, 4, current, no_finals, FRONT).prune
+    assert not decide(3, 4, current, FINISHED, FRONT).prune
+    assert not decide(0, 4, current, FINISHED, replace(FRONT, front_cut=False)).prune
+    later = replace(FRONT, front_min_stage=1)
+    assert not decide(0, 4, current, FINISHED, later).prune
+    assert decide(1, 4, current, FINISHED, later).prune

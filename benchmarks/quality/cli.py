@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.oracle_measurer import NoiseModel, OracleCache
+from benchmarks.oracle_measurer import NoiseModel, OracleCache, default_store
 from benchmarks.quality.matrix import MATRIX_METHODS, MATRIX_SPACES, run_matrix
 from benchmarks.quality.methods import METHODS, ROOT, Options
 from benchmarks.quality.report import jsonable, markdown, plot, to_json
@@ -34,7 +34,7 @@ def run(opts: Options) -> dict[str, Any]:
     quiet_optuna()
     seed_space = load_space(opts.space_path or default_space_path())
     space, notes = seed_space, []
-    oracle = Oracle(space, OracleCache(space))
+    oracle = Oracle(space, OracleCache(space, opts.oracle_store))
     noise = NoiseModel(0.02 * opts.noise, 0.02 * opts.noise, 0.05 * opts.noise)
     print("oracle optimum: dense grid + refinement ...", flush=True)
     searched = find_optimum(oracle, opts.dense_points, opts.refine)
@@ -53,6 +53,7 @@ def run(opts: Options) -> dict[str, Any]:
             print(f"{method.name:20s} seed {seed}: {r.wall_s:5.1f} s", flush=True)
     # What the studies launched joins the truth: a configuration they found beyond the
     # search would raise the optimum (and is reported), never push a fraction above 1.
+    oracle.save()
     optimum = summarize_optimum(oracle, searched.seconds)
     optimum.studies_beat_search = optimum.best_throughput > searched.best_throughput
     optimum.searched_configurations = searched.configurations
@@ -82,6 +83,12 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--budgets", default="20,40,80,200", help="comma-separated trial budgets")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument(
+        "--other-seeds",
+        type=int,
+        default=None,
+        help="seeds of the matrix's cells on spaces other than the seed's (default: --seeds)",
+    )
+    p.add_argument(
         "--methods",
         default=",".join(Options.methods),
         help="comma-separated; gp and gp-no-guide (GPSampler, needs PyTorch) only when named",
@@ -109,10 +116,16 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument(
         "--matrix",
         action="store_true",
-        help="the preset matrix: every world x seed-3s,seed-10s,open-loop, default and tpe, "
-        "3 seeds, budgets 20,40, --dense-points 2 --no-refine, no served check, no plot",
+        help="the preset matrix: every world x seed-3s,seed-10s,open-loop,tpot-8b, default, "
+        "default-stop and model-free, 10 seeds on the seed's spaces and 5 on the others, "
+        "budgets 20,40, --dense-points 2 --no-refine, no served check, no plot",
     )
     p.add_argument("--fast", action="store_true", help="tiny budgets, 1 seed, no served check")
+    p.add_argument(
+        "--no-oracle-cache",
+        action="store_true",
+        help=f"do not keep oracle results between runs (kept in {default_store()})",
+    )
     a = p.parse_args(argv)
     opts = Options(
         budgets=tuple(sorted(int(b) for b in a.budgets.split(","))),
@@ -129,6 +142,8 @@ def parse_args(argv: list[str] | None = None) -> Options:
         worlds=tuple(w for w in a.worlds.split(",") if w),
         spaces=tuple(a.spaces.split(",")),
         jobs=a.jobs,
+        oracle_store=None if a.no_oracle_cache else default_store(),
+        other_seeds=a.other_seeds,
     )
     if a.matrix:
         opts = Options(
@@ -136,7 +151,8 @@ def parse_args(argv: list[str] | None = None) -> Options:
                 **asdict(opts),
                 "worlds": opts.worlds or ("all",),
                 "methods": MATRIX_METHODS,
-                "seeds": 3,
+                "seeds": 10,
+                "other_seeds": 5,
                 "budgets": (20, 40),
                 "dense_points": 2,
                 "refine": False,

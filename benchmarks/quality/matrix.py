@@ -14,6 +14,7 @@ it finished.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -29,8 +30,11 @@ from benchmarks.quality.worlds import world_names, world_space
 from tuner.study import quiet_optuna
 
 # What `--matrix` runs: every world, the three spaces, the default and model-free search.
-MATRIX_SPACES = ("seed-3s", "seed-10s", "open-loop")
-MATRIX_METHODS = ("default", "tpe")
+MATRIX_SPACES = ("seed-3s", "seed-10s", "open-loop", "tpot-8b")
+# The default, the same with the stop rule (what `tuner optimize` does: its trials and GPU
+# hours against the full 40), and without any estimate.
+MATRIX_METHODS = ("default", "default-stop", "model-free")
+SEED_SPACES = ("seed-3s", "seed-10s")  # these get --seeds; the others --other-seeds
 # In this order, so that a run cut short has the seed's world and the hardest ones first.
 MATRIX_WORLDS = (
     "shipped",
@@ -60,6 +64,10 @@ class Cell:
     # method -> budget -> per-seed fraction of the optimum (and trials to 95%, None: never)
     fractions: dict[str, dict[int, list[float]]] = field(default_factory=dict)
     trials_to_95: dict[str, list[int | None]] = field(default_factory=dict)  # in the JSON
+    # method -> per-seed GPU hours (modelled) of the whole study, to 95%, and trials launched
+    gpu_hours: dict[str, list[float]] = field(default_factory=dict)
+    gpu_hours_to_95: dict[str, list[float | None]] = field(default_factory=dict)
+    launched: dict[str, list[int]] = field(default_factory=dict)
     wall_s: float = 0.0
 
 
@@ -67,13 +75,17 @@ def run_cell(world: str, space_name: str, opts: Options) -> Cell:
     started = time.perf_counter()
     quiet_optuna()
     space = world_space(space_name, world)
-    oracle = Oracle(space, OracleCache(space))
+    oracle = Oracle(space, OracleCache(space, opts.oracle_store))
     noise = NoiseModel(0.02 * opts.noise, 0.02 * opts.noise, 0.05 * opts.noise)
     searched = find_optimum(oracle, opts.dense_points, opts.refine)
+    oracle.save()
     methods = [m for m in METHODS if m.name in opts.methods]
     budget = max(opts.budgets)
-    seeds = range(opts.seeds)
+    seeds = range(
+        opts.seeds if space_name in SEED_SPACES or opts.other_seeds is None else opts.other_seeds
+    )
     runs = [run_study(m, s, budget, space, oracle, noise) for m in methods for s in seeds]
+    oracle.save()
     optimum = summarize_optimum(oracle, searched.seconds)
     table = collect(runs, optimum, opts.budgets)
     return Cell(
@@ -89,6 +101,11 @@ def run_cell(world: str, space_name: str, opts: Options) -> Cell:
         },
         trials_to_95={name: [f.trials_to_reach for f in by_budget[budget]]
                       for name, by_budget in table.items()},
+        gpu_hours={name: [f.gpu_hours for f in by_budget[budget]]
+                   for name, by_budget in table.items()},
+        gpu_hours_to_95={name: [f.gpu_hours_to_reach for f in by_budget[budget]]
+                         for name, by_budget in table.items()},
+        launched={m.name: [len(r.trials) for r in runs if r.method == m.name] for m in methods},
         wall_s=time.perf_counter() - started,
     )  # fmt: skip
 
@@ -111,7 +128,7 @@ def run_matrix(opts: Options) -> dict[str, Any]:
         cells.sort(key=lambda c: order[(c.world, c.space)])
         (opts.out / "tuner_quality_worlds.md").write_text(matrix_markdown(cells, jobs, opts, wall))
         data = {
-            "options": {**asdict(opts), "out": None, "space_path": None},
+            "options": {**asdict(opts), "out": None, "space_path": None, "oracle_store": None},
             "cells": [asdict(c) for c in cells],
             "missing": [list(j) for j in jobs if j not in {(c.world, c.space) for c in cells}],
             "wall_s": wall,
@@ -139,6 +156,53 @@ def run_matrix(opts: Options) -> dict[str, Any]:
     return data
 
 
+def _gpu(values: list[float | None]) -> str:
+    """Median of per-seed GPU hours to 95%, a seed that never reached it counted as never."""
+    order = sorted(values, key=lambda v: math.inf if v is None else v)
+    mid = order[(len(order) - 1) // 2] if order else None
+    return "never" if mid is None else f"{mid:.2f}"
+
+
+def _cost_table(cells: list[Cell], opts: Options) -> list[str]:
+    if not cells or not any(c.gpu_hours_to_95 for c in cells):
+        return []
+    stop = "default-stop" if "default-stop" in opts.methods else None
+    lines = [
+        "",
+        "Modelled GPU hours to 95% of the optimum (median over seeds; never: the median seed "
+        "did not get there in 40 trials)"
+        + (
+            "; and the stop rule (`default-stop`, what `tuner optimize` does, --min-gain 0.01): "
+            "trials it launched, its GPU hours as a share of the default's whole 40-trial study "
+            "of the same seed, and its best over that study's best (median, worst seed):"
+            if stop
+            else ":"
+        ),
+        "",
+    ]
+    methods = [m for m in opts.methods if m != stop]
+    head = " | ".join(f"{m} GPU h to 95%" for m in methods)
+    extra = " | stop: trials | stop: GPU h share | stop: best / full (worst)" if stop else ""
+    lines += [
+        f"| world | space | {head}{extra} |",
+        "|---|---|" + "---:|" * (len(methods) + (3 if stop else 0)),
+    ]
+    for c in cells:
+        row = [_gpu(c.gpu_hours_to_95.get(m, [])) for m in methods]
+        if stop and stop in c.gpu_hours and "default" in c.gpu_hours:
+            share = [a / b for a, b in zip(c.gpu_hours[stop], c.gpu_hours["default"], strict=True)]
+            full = c.fractions["default"][max(c.fractions["default"])]
+            mine = c.fractions[stop][max(c.fractions[stop])]
+            ratio = [a / b if b else 1.0 for a, b in zip(mine, full, strict=True)]
+            row += [
+                f"{statistics.median(c.launched[stop]):.0f}",
+                f"{100 * statistics.median(share):.0f}% (max {100 * max(share):.0f}%)",
+                f"{statistics.median(ratio):.3f} ({min(ratio):.3f})",
+            ]
+        lines.append(f"| {c.world} | {c.space} | " + " | ".join(row) + " |")
+    return lines
+
+
 def matrix_markdown(
     cells: list[Cell], jobs: list[tuple[str, str]], opts: Options, wall_s: float
 ) -> str:
@@ -154,10 +218,14 @@ def matrix_markdown(
         f"Worlds: {', '.join(worlds)} (`benchmarks/worlds/`); spaces: {', '.join(spaces)} "
         "(`benchmarks/quality/worlds.py`); methods: "
         + ", ".join(f"{m} ({labels[m]})" for m in opts.methods)
-        + f"; {opts.seeds} seeds; budgets {', '.join(map(str, budgets))} trials.",
+        + f"; {opts.seeds} seeds"
+        + (f" on the seed's spaces, {opts.other_seeds} on the others" if opts.other_seeds else "")
+        + f"; budgets {', '.join(map(str, budgets))} trials.",
         "Reproduce: `python benchmarks/tuner_quality.py "
         f"--worlds {','.join(worlds)} --spaces {','.join(spaces)} --methods "
-        f"{','.join(opts.methods)} --seeds {opts.seeds} --budgets {','.join(map(str, budgets))} "
+        f"{','.join(opts.methods)} --seeds {opts.seeds} "
+        + (f"--other-seeds {opts.other_seeds} " if opts.other_seeds is not None else "")
+        + f"--budgets {','.join(map(str, budgets))} "
         f"--dense-points {opts.dense_points}{'' if opts.refine else ' --no-refine'} "
         f"--served 0 --no-plot --jobs {opts.jobs}`.",
         "",
@@ -177,6 +245,7 @@ def matrix_markdown(
                     row.append(spread(cell.fractions[method][b], ".3f") if cell else "not run")
             name = f"{world} *" if world in STRUCTURAL else world
             lines.append(f"| {name} | {method} | " + " | ".join(row) + " |")
+    lines += _cost_table(cells, opts)
     lines += [
         "",
         "Each cell's optimum (tok/s), the configurations judged, and the best configuration:",

@@ -21,7 +21,7 @@ class Method:
     feasibility: bool
     baseline: bool = True  # queue sglang's defaults as trial 0, as `tuner optimize` does
     warm_start: bool = False  # the estimate picks the first trials (tuner/study/guide.py)
-    polish: bool = False  # neighbours of the best trial from trial 24
+    polish: bool = False  # the local search (tuner/study/local_search.py) from trial 8
     wrong_estimate: bool = False  # bandwidth x0.6, acceptance x0.7, prefix cache ignored
     needs_torch: bool = False  # GPSampler: run only when asked for (--methods), with PyTorch
     min_gain: float = 0.0  # the stop rule (tuner/study/stopping.py); 0: the whole budget
@@ -155,3 +155,7 @@ class Options:
     worlds: tuple[str, ...] = ()
     spaces: tuple[str, ...] = ("seed-3s",)
     jobs: int = 1  # cells run at once (processes)
+    # Oracle results kept between runs (benchmarks/oracle_measurer.py OracleCache); None: none.
+    oracle_store: Path | None = None
+    # Seeds of the matrix's cells on other spaces than the seed's (None: --seeds everywhere).
+    other_seeds: int | None = None

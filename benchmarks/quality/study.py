@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,8 @@ class TrialLog:
     gpu_s: float
     crashed: bool
     duplicate: bool
+    params: dict[str, Any] = field(default_factory=dict)
+    guided_by: str | None = None
 
 
 @dataclass
@@ -157,4 +159,6 @@ def _log(t: optuna.trial.FrozenTrial, serve: OracleMeasurer, oracle: Oracle) -> 
         gpu_s=cost.gpu_s if cost else 0.0,
         crashed=bool(cost and cost.crashed),
         duplicate=duplicate,
+        params=dict(t.params),
+        guided_by=attrs.get(record.GUIDED_BY),
     )

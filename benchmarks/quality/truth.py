@@ -52,6 +52,11 @@ class Oracle:
         self._by_args: dict[tuple[str, ...], Truth] = {}
         self.visited: dict[tuple[str, ...], dict[str, Any]] = {}  # argv -> sampled params
 
+    def save(self) -> None:
+        """Keep the oracle's results for the next run (when its cache has a store)."""
+        assert self.serve.oracle is not None
+        self.serve.oracle.save()
+
     def of_args(self, server_args: list[str]) -> Truth:
         key = tuple(server_args)
         truth = self._by_args.get(key)

@@ -45,6 +45,10 @@ class ModelMemory:
     state_bytes_per_request: float = 0.0  # Mamba / linear-attention recurrent state; 0 if none
     draft_bytes: float = 0.0  # MTP head weights (the draft model of NEXTN)
     draft_kv_bytes_per_token: float = 0.0  # KV of the MTP layers, kept beside the target's
+    # Every layer full attention with a plain per-token KV: no linear-attention state, no
+    # sliding window, no compressed (MLA) KV. sglang sizes the pools of those other kinds partly
+    # by --max-running-requests; False when unsure (tuner/trial/same_run.py relies on it).
+    full_attention_only: bool = False
 
     @property
     def hybrid(self) -> bool:
@@ -242,4 +246,13 @@ def _memory_from_config(
         state_bytes_per_request=state,
         draft_bytes=float(params["mtp"] * dtype_bytes),
         draft_kv_bytes_per_token=float(mtp_layers * per_layer_kv),
+        full_attention_only=not linear and not _windowed(cfg) and "kv_lora_rank" not in cfg,
     )
+
+
+def _windowed(cfg: Mapping[str, Any]) -> bool:
+    """Some layers attend over a sliding window (a window given and not switched off, or
+    sliding layers named in `layer_types`)."""
+    if any("sliding" in str(kind) for kind in cfg.get("layer_types") or ()):
+        return True
+    return bool(cfg.get("sliding_window")) and cfg.get("use_sliding_window") is not False

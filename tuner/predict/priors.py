@@ -11,6 +11,7 @@ own trials then refit every one of them (tuner/predict/estimate.py `Estimator.fi
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -91,6 +92,7 @@ ACCEPT_FIGURES: dict[str, tuple[tuple[int, Published], ...]] = {
 }
 
 
+@functools.lru_cache(maxsize=1 << 16)  # the fit's grid asks the same points for every trial
 def accept_length(p: float, decay: float, steps: int) -> float:
     """Tokens per verify step when draft position i is accepted with p x decay^(i-1), given
     every position before it was: 1 + p1 + p1 p2 + ... (acceptance falls with depth)."""
@@ -107,12 +109,23 @@ def fit_acceptance(
     """(p, decay) whose accept lengths best match (steps, accept length) pairs, least squares
     on a fine grid; `decay` fixed when given (one step count measured cannot tell it)."""
     decays = [decay] if decay is not None else [0.50 + i / 100 for i in range(51)]
+    # Per step count: how many lengths, their sum and sum of squares; the squared error of
+    # one (p, decay) is then a sum over step counts, not over every measured length.
+    moments: dict[int, list[float]] = {}
+    for s, length in lengths:
+        m = moments.setdefault(s, [0.0, 0.0, 0.0])
+        m[0] += 1
+        m[1] += length
+        m[2] += length * length
     best = (math.inf, 0.5, 1.0)
     for d in decays:
         for i in range(1, 100):
             p = i / 100
-            err = sum((accept_length(p, d, s) - length) ** 2 for s, length in lengths)
-            if err < best[0]:
+            err = 0.0
+            for s, (n, total, squares) in moments.items():
+                a = accept_length(p, d, s)
+                err += n * a * a - 2 * a * total + squares
+            if err < best[0] - 1e-12:
                 best = (err, p, d)
     return best[1], best[2]
 

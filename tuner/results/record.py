@@ -47,6 +47,8 @@ Trial user attrs:
     SERVER_PGID   process group id of the trial's server while it runs
     DUPLICATE_OF  the sampler proposed flags an earlier finished trial already measured: its
                   result is copied, nothing is launched
+    SAME_RUN      set with DUPLICATE_OF when the flags differ but the run cannot (a flag that
+                  cannot matter for the workload, tuner/trial/same_run.py): why
     SAME_FLAGS    "wait" when the trial found an earlier running trial with its flags and waits
                   for that result, "launch" when it found none; read by earlier identical trials
     LOG_TAIL      the last 2000 characters of the server log when the launch failed
@@ -98,6 +100,7 @@ CONSTRAINTS = "constraints"
 WORKER = "worker"  # "<host>:<pid>" of the worker process running the trial
 SERVER_PGID = "server_pgid"  # process group of the trial's server, to clean up after a dead worker
 DUPLICATE_OF = "duplicate_of"  # number of the finished trial whose identical flags it reuses
+SAME_RUN = "same_run"  # why differing flags are the run DUPLICATE_OF measured
 SAME_FLAGS = "same_flags"  # "launch" or "wait": what a trial decided about identical running ones
 LOG_TAIL = "log_tail"  # the end of the server log of a launch that failed
 ERROR = "error"  # the exception of a trial that ended FAIL because the tuner itself failed

@@ -151,7 +151,7 @@ class LocalSearch:
         self,
         base: FrozenTrial,
         scored: list[tuple[FrozenTrial, Standing]],
-        effects: dict[tuple[str, str, str], float],
+        effects: dict[Effect, float],
         tried: set[tuple[Any, ...]],
         keep: str | None = None,
     ) -> list[tuple[float, float, float, Params]]:
@@ -174,7 +174,19 @@ class LocalSearch:
                 priority += self.config.branch_offset - (1.0 if own else 0.0)
             if queued and _more_slots(move, params):
                 priority -= self.config.slots_bonus
-            effect = effects.get((move.param, repr(params.get(move.param)), repr(move.value)))
+            compound = any(name in params for name, _v in move.switched_on)
+            effect = (
+                None
+                if compound
+                else effects.get(
+                    (
+                        move.param,
+                        repr(params.get(move.param)),
+                        repr(move.value),
+                        _context(self.space, params, move.param),
+                    )
+                )
+            )
             if effect is not None:
                 priority += self.config.worse_penalty if effect < 0 else -self.config.better_bonus
             if (
@@ -223,12 +235,37 @@ def moves(space: SearchSpace, params: Mapping[str, Any]) -> list[Move]:
             for move in _categorical_moves(spec, value):
                 out.append(move)
                 out += _with_ends(space, params, move)
+                out += _with_children(space, params, move)
         else:
             seen = {repr(value)}
             for level, target in _numeric_targets(spec, float(value)):
                 if repr(target) not in seen:
                     seen.add(repr(target))
-                    out.append(Move(name, target, level))
+                    move = Move(name, target, level)
+                    out.append(move)
+                    out += _with_children(space, params, move)
+    return out
+
+
+def _with_children(space: SearchSpace, params: Mapping[str, Any], move: Move) -> list[Move]:
+    """The move made together with each other choice of a categorical param whose activity
+    depends on the moved one and that is on before and after it (level + 0.5): such a pair
+    interacts by the space's own structure (adaptive speculation's meaning depends on the
+    draft steps it starts from), so one param moved alone can hide what the pair gives."""
+    moved = {**params, move.param: move.value}
+    out = []
+    for spec in space.params.values():
+        if (
+            move.param in spec.when
+            and spec.kind == "categorical"
+            and spec.name in params
+            and spec.is_active(moved)
+        ):
+            for choice in spec.choices or ():
+                if not same_value(choice, params[spec.name]):
+                    out.append(
+                        Move(move.param, move.value, move.level + 0.5, ((spec.name, choice),))
+                    )
     return out
 
 
@@ -349,11 +386,24 @@ def _outcome(t: FrozenTrial) -> Standing:
     return standing(t) or (-1, 0.0)
 
 
+Effect = tuple[str, str, str, tuple[tuple[str, str], ...]]  # param, from, to, its context
+
+
+def _context(
+    space: SearchSpace, params: Mapping[str, Any], name: str
+) -> tuple[tuple[str, str], ...]:
+    """The values of the params that `name` switches on or off (its children), as they are in
+    `params`: a move's effect carries over only where they are the same. Draft steps 3 -> 1
+    without adaptive speculation says nothing about the same move with it."""
+    return tuple((k, repr(v)) for k, v in params.items() if _child(space, k, name))
+
+
 def _move_effects(
     space: SearchSpace, trials: Sequence[FrozenTrial], infeasible: bool = True
-) -> dict[tuple[str, str, str], float]:
-    """(param, from value, to value) -> +1 when a trial that differed from another only in that
-    param was better for the change, -1 when worse (the latest pair decides)."""
+) -> dict[Effect, float]:
+    """(param, from value, to value, context) -> +1 when a trial that differed from another only
+    in that param (and in the params it switches) was better for the change, -1 when worse (the
+    latest pair decides); the context is the switched params' values where the move starts."""
     finished = [
         t
         for t in trials
@@ -369,7 +419,7 @@ def _move_effects(
                     k: v for k, v in t.params.items() if k != name and not _child(space, k, name)
                 }
                 by_rest.setdefault((name, key(rest)), []).append(t)
-    effects: dict[tuple[str, str, str], float] = {}
+    effects: dict[Effect, float] = {}
     for (name, _rest), group in by_rest.items():
         group.sort(key=lambda t: t.number)
         for i, a in enumerate(group):
@@ -380,8 +430,11 @@ def _move_effects(
                 sa, sb = _outcome(a), _outcome(b)
                 if sa == sb or (not infeasible and sa[0] < 1 and sb[0] < 1):
                     continue
-                effects[(name, va, vb)] = 1.0 if sb > sa else -1.0
-                effects[(name, vb, va)] = 1.0 if sa > sb else -1.0
+                ca, cb = _context(space, a.params, name), _context(space, b.params, name)
+                if any(v != dict(cb)[k] for k, v in ca if k in dict(cb)):
+                    continue  # a switched param both have differs: two moves, not one
+                effects[(name, va, vb, ca)] = 1.0 if sb > sa else -1.0
+                effects[(name, vb, va, cb)] = 1.0 if sa > sb else -1.0
     return effects
 
 

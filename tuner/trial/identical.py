@@ -4,7 +4,8 @@ Two workers may propose the same flags at the same moment, and two workers start
 may both queue the baseline.
 
 A finished trial with the same flags has its result reused (tuner/trial/objective.py); this
-module covers the window before that, while both trials are RUNNING.
+module covers the window before that, while both trials are RUNNING. Flags that differ only where
+the run cannot (tuner/trial/same_run.py) reuse a finished result too, marked `SAME_RUN`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.results import record
+from tuner.trial.same_run import SameRunRules, repeat_capacity
 
 _IDENTICAL_WAIT_S = 1800.0
 
@@ -83,25 +85,40 @@ def default_already_taken(trial: optuna.Trial) -> bool:
     )
 
 
-def reuse_finished_identical(trial: optuna.Trial) -> FrozenTrial | None:
+def reuse_finished_identical(
+    trial: optuna.Trial, rules: SameRunRules | None = None
+) -> FrozenTrial | None:
     """The finished trial whose flags this one has, its result copied onto this one (marked
-    `DUPLICATE_OF`), after waiting for an identical one that is still running; None if none."""
+    `DUPLICATE_OF`), after waiting for an identical one that is still running; failing that,
+    with `rules`, a finished trial whose launch worked and whose run these flags cannot change
+    (also marked `SAME_RUN`, with the reason); None if none."""
     flags = trial.user_attrs[record.FLAGS]
     wait_for_identical_running(trial, flags)
     states = (TrialState.COMPLETE, TrialState.PRUNED)
-    previous = next(
-        (
-            t
-            for t in trial.study.get_trials(deepcopy=False, states=states)
-            if t.user_attrs.get(record.FLAGS) == flags and record.DUPLICATE_OF not in t.user_attrs
-        ),
-        None,
-    )
+    finished = [
+        t
+        for t in trial.study.get_trials(deepcopy=False, states=states)
+        if record.DUPLICATE_OF not in t.user_attrs
+    ]
+    previous = next((t for t in finished if t.user_attrs.get(record.FLAGS) == flags), None)
+    reason = None
+    if previous is None and rules is not None:
+        launched = (record.OUTCOME_OK, record.OUTCOME_PRUNED)
+        for t in finished:
+            if t.user_attrs.get(record.OUTCOME) in launched:
+                reason = rules.repeats(flags, t.user_attrs.get(record.FLAGS) or {})
+                if reason is not None:
+                    previous = t
+                    break
     if previous is None:
         return None
     for key in _RESULT_ATTRS:
-        if key in previous.user_attrs:
+        if key in previous.user_attrs and (reason is None or key != record.SERVER_ARGS):
             trial.set_user_attr(key, previous.user_attrs[key])
+    if reason is not None:
+        capacity = previous.user_attrs.get(record.CAPACITY) or {}
+        trial.set_user_attr(record.CAPACITY, repeat_capacity(capacity, flags))
+        trial.set_user_attr(record.SAME_RUN, reason)
     trial.set_user_attr(record.DUPLICATE_OF, previous.number)
     record.set_constraints(trial, record.named_constraints(previous.constraints))
     return previous

@@ -33,6 +33,7 @@ from tuner.trial.crash_model import CrashModel, LaunchObservation
 from tuner.trial.identical import default_already_taken, reuse_finished_identical
 from tuner.trial.measure import LaunchAndMeasure, LaunchTarget, Measurer, StageHook
 from tuner.trial.pruning import StagePoint, StagePruner
+from tuner.trial.same_run import SameRunRules
 
 EventHook = Callable[[str, dict[str, Any]], None]
 
@@ -60,6 +61,7 @@ class TrialObjective:
         self.measurer: Measurer = config.measurer or LaunchAndMeasure(
             config.target, config.space, config.study_dir
         )
+        self.same_run = SameRunRules.of(config.space, config.model_memory)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -110,7 +112,13 @@ class TrialObjective:
             stages = t.user_attrs.get(record.STAGES) or []
             if len(stages) > stage:
                 feasible = record.feasible(t.constraints)
-                points.append(replace(self._point(stages[stage]), feasible=feasible))
+                # The front cut learns how far a full run ends from its stages; a repeat's
+                # copied figures would count one trial twice.
+                final = None
+                if record.DUPLICATE_OF not in t.user_attrs and t.values:
+                    final = (float(t.values[0]), float(t.values[1]))
+                point = replace(self._point(stages[stage]), feasible=feasible, final=final)
+                points.append(point)
         return points
 
     def _point(self, summary: dict[str, Any]) -> StagePoint:
@@ -243,10 +251,16 @@ class TrialObjective:
     def _reuse_identical_trial(self, trial: optuna.Trial) -> tuple[float, float] | None:
         """Samplers can propose a configuration already measured (discrete spaces, converged
         TPE): copy that result instead of spending a launch on it."""
-        previous = reuse_finished_identical(trial)
+        previous = reuse_finished_identical(trial, self.same_run)
         if previous is None:
             return None
         message = f"same flags as trial {previous.number}: its result is reused"
+        if (reason := trial.user_attrs.get(record.SAME_RUN)) is not None:
+            message = f"same run as trial {previous.number} ({reason}): its result is reused"
+            flags = trial.user_attrs[record.FLAGS]
+            trial.set_user_attr(
+                record.SERVER_ARGS, engine.build_server_args(flags, self.space.engine_version)
+            )
         if previous.state == TrialState.COMPLETE:
             self._emit(
                 "completed",

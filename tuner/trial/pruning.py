@@ -7,6 +7,16 @@ percentile of the completed trials' throughput, AND enough completed trials that
 both clearly more throughput and no worse latency at that stage. Latency alone never prunes: a
 slow-but-snappy configuration may sit on the Pareto front.
 
+The front cut (`front_cut`) asks a second question after each stage: can this trial still reach
+the front of feasible full runs at all? The study's completed trials say how far a full run ends
+from its own stage-k figures (the ramp-up of a closed loop makes the first stage slower than the
+whole run, and measurement noise adds to it): on the seed space with the oracle's noise, full-run
+throughput ended 0.93x to 1.41x the first stage's, latency 0.89x to 1.18x. The trial's best case is
+its stage-k throughput times the largest such factor seen, and its latency times the smallest,
+each widened by `front_slack`; when a feasible completed trial's full run beats even that best
+case in both objectives, the rest of the benchmark cannot put the trial on the front, and it is
+cut. benchmarks/early_cut.py measures what that saves and loses.
+
     pruner = StagePruner(StagePrunerConfig(n_startup_trials=5))
     decision = pruner.decide(stage=1, n_stages=4, current=StagePoint(120.0, 35.0), history=[...])
     if decision.prune:
@@ -15,6 +25,7 @@ slow-but-snappy configuration may sit on the Pareto front.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,6 +40,8 @@ class StagePoint:
     latency: float  # the latency objective (minimised)
     duration_s: float = 0.0  # modelled seconds the stage took (to estimate time saved)
     feasible: bool = True  # a completed trial that met every constraint (SLOs)
+    # A completed trial's full-run (throughput, latency): what its stage figures ended as.
+    final: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -38,6 +51,10 @@ class StagePrunerConfig:
     margin: float = 0.10  # a dominator has >= (1 + margin) x the throughput
     min_dominators: int = 2  # how many completed trials must dominate it
     min_stage: int = 0  # earliest stage index at which pruning may happen
+    front_cut: bool = True  # cut a trial whose best case cannot reach the front (module doc)
+    front_min_trials: int = 8  # completed trials whose stage-to-full-run factors are known
+    front_slack: float = 0.05  # widens the largest factors seen (a few trials miss extremes)
+    front_min_stage: int = 0  # earliest stage index at which the front cut may happen
 
 
 @dataclass(frozen=True)
@@ -54,9 +71,29 @@ def decide(
     history: Sequence[StagePoint],
     config: StagePrunerConfig,
 ) -> PruneDecision:
-    """Pure decision: prune `current` at `stage` given completed trials' points at that stage."""
+    """Pure decision: prune `current` at `stage` given completed trials' points at that stage:
+    dominated at this stage (the first rule), or unable to reach the front (the front cut)."""
     if stage >= n_stages - 1:
         return PruneDecision(False, "last stage: nothing left to save")
+    dominated = _dominated_at_stage(stage, n_stages, current, history, config)
+    if dominated.prune or not config.front_cut:
+        return dominated
+    cut = front_cut(stage, n_stages, current, history, config)
+    return cut if cut.prune else dominated
+
+
+def _time_saved(stage: int, n_stages: int, current: StagePoint) -> float:
+    per_stage = current.duration_s / (stage + 1) if current.duration_s > 0 else 0.0
+    return (n_stages - 1 - stage) * per_stage
+
+
+def _dominated_at_stage(
+    stage: int,
+    n_stages: int,
+    current: StagePoint,
+    history: Sequence[StagePoint],
+    config: StagePrunerConfig,
+) -> PruneDecision:
     if stage < config.min_stage:
         return PruneDecision(False, f"stage {stage} is before min_stage {config.min_stage}")
     if len(history) < config.n_startup_trials:
@@ -84,8 +121,6 @@ def decide(
             f"throughput low but only {len(dominators)} trials dominate it "
             f"(need {config.min_dominators})",
         )
-    remaining = n_stages - 1 - stage
-    per_stage = current.duration_s / (stage + 1) if current.duration_s > 0 else 0.0
     reason = (
         f"stage {stage + 1}/{n_stages}: throughput {current.throughput:.1f} below "
         f"p{config.percentile:g} {floor:.1f} of {len(history)} completed trials"
@@ -96,7 +131,56 @@ def decide(
             f", and {len(dominators)} of them dominate it (best {best.throughput:.1f} at "
             f"latency {best.latency:.1f} vs {current.latency:.1f})"
         )
-    return PruneDecision(True, reason, time_saved_s=remaining * per_stage)
+    return PruneDecision(True, reason, time_saved_s=_time_saved(stage, n_stages, current))
+
+
+def front_cut(
+    stage: int,
+    n_stages: int,
+    current: StagePoint,
+    history: Sequence[StagePoint],
+    config: StagePrunerConfig,
+) -> PruneDecision:
+    """Cut `current` when a feasible full run beats its best case (the module docstring)."""
+    if stage >= n_stages - 1:
+        return PruneDecision(False, "last stage: nothing left to save")
+    if stage < config.front_min_stage:
+        return PruneDecision(False, f"stage {stage} is before front_min_stage")
+    known = [
+        p
+        for p in history
+        if p.final is not None
+        and p.throughput > 0
+        and 0 < p.latency < math.inf
+        and 0 < p.final[1] < math.inf
+    ]
+    if len(known) < config.front_min_trials:
+        return PruneDecision(
+            False, f"{len(known)} of {config.front_min_trials} full runs to bound a stage by"
+        )
+    up = max(p.final[0] / p.throughput for p in known if p.final) * (1 + config.front_slack)
+    down = min(p.final[1] / p.latency for p in known if p.final) / (1 + config.front_slack)
+    best_throughput, best_latency = current.throughput * up, current.latency * down
+    beaten_by = [
+        p
+        for p in known
+        if p.feasible and p.final and p.final[0] >= best_throughput and p.final[1] <= best_latency
+    ]
+    if not beaten_by:
+        return PruneDecision(
+            False,
+            f"best case {best_throughput:.1f} at latency {best_latency:.1f} is not beaten",
+        )
+    best = max(beaten_by, key=lambda p: p.final[0] if p.final else 0.0)
+    assert best.final is not None
+    return PruneDecision(
+        True,
+        f"stage {stage + 1}/{n_stages}: cannot reach the front: at best {best_throughput:.1f} "
+        f"at latency {best_latency:.1f} (x{up:.2f} and x{down:.2f}, the widest a full run of "
+        f"{len(known)} completed trials ended from its stage {stage + 1}), and a feasible full "
+        f"run measured {best.final[0]:.1f} at {best.final[1]:.1f}",
+        time_saved_s=_time_saved(stage, n_stages, current),
+    )
 
 
 class StagePruner:
