@@ -34,6 +34,7 @@ from tuner.bench import WorkloadSpec
 from tuner.engines.model_config import ModelMemory
 from tuner.predict.estimate import Estimator
 from tuner.predict.gpu_specs import gpu_spec
+from tuner.results.goals import is_capacity
 from tuner.space.model import SearchSpace
 from tuner.study.run import Run
 
@@ -119,6 +120,8 @@ def study_cost(run: Run, done: int = 0) -> StudyCost:
     launch_s = PROCESS_START_S + (weights_gb or 0.0) / LOAD_RATE_GB_S + (0.0 if on_cpu else capture)
     gpu_name = None if on_cpu else run.host.gpu_name  # a GPU beside does not serve the trials
     bench_s, rule = bench_seconds(space, model, gpu_name, run.host.gpu_memory_gb, on_cpu=on_cpu)
+    if is_capacity(space.objectives.throughput):
+        bench_s, rule = capacity_seconds(space, bench_s, rule)
     time_scale = None
     if options.engine == "sim":
         time_scale = float(options.time_scale or space.sim.get("time_scale") or 1.0)
@@ -170,6 +173,24 @@ def bench_seconds(
     return per_client * ROUGH_S_PER_TOKEN, (
         f"{what}; rough rule, no estimate for {missing}: "
         f"{ROUGH_S_PER_TOKEN * 1000:g} ms per output token per client"
+    )
+
+
+# Full-length steps a capacity search (tuner/trial/capacity.py) costs, in runs of its workload
+# at the rate it finds: measured 7.7-8.4 on search_spaces/qwen3.6-27b-capacity.yaml (7 steps,
+# the lower ones longer, the broken ones stopped early).
+CAPACITY_STEP_RUNS = 8.0
+
+
+def capacity_seconds(space: SearchSpace, closed_s: float, rule: str) -> tuple[float, str]:
+    """A capacity trial's benchmark: its workload about CAPACITY_STEP_RUNS times, each at
+    least as long as the requests take to arrive at the rate the search starts at."""
+    spec = WorkloadSpec.from_dict(space.workload)
+    start = float(space.bench.request_rate or 1.0)
+    one = max(closed_s, spec.num_requests / start)
+    return one * CAPACITY_STEP_RUNS, (
+        f"a rate search of ~{CAPACITY_STEP_RUNS:g} runs of {spec.num_requests} requests, "
+        f"each >= {one:.0f} s (arrivals at {start:g} req/s, or {rule})"
     )
 
 

@@ -351,7 +351,11 @@ def stop_rule(options: StudyOptions) -> StopRule:
     """The stop rule a run's options ask for (`--min-gain`; 0 turns it off)."""
     rule = replace(options.stop_rule or StopRule(), min_gain=options.min_gain)
     goal = goal_named(options.goal)
-    return rule if goal is None else replace(rule, measure=cast(Measure, goal.measure))
+    if goal is None:
+        return rule
+    # The capacity search finds a rate to within its tolerance: a smaller move is chance.
+    noise = max(rule.noise, goal.noise)
+    return replace(rule, measure=cast(Measure, goal.measure), noise=noise)
 
 
 def _describe(running: list[optuna.trial.FrozenTrial]) -> str:
