@@ -107,3 +107,37 @@ def test_threshold_adapts_to_missed_crashes_and_wrong_skips():
     assert model.threshold(missed) == pytest.approx(0.7)
     wrong_skip = [LaunchObservation({}, crashed=False, p_crash=0.9, threshold=0.8, probe=True)]
     assert model.threshold(wrong_skip) == pytest.approx(0.9)
+
+
+def test_adaptive_speculation_needs_room_for_its_widest_draft():
+    """sglang 0.5.23 sizes adaptive speculation's Mamba intermediate states for the largest
+    candidate step count + 1 but budgets only the starting draft: at a memory fraction where
+    static NEXTN fits, adaptive is rejected before launch, and fits with more room left."""
+    from tuner.host import read_host_facts
+    from tuner.predict.memory import estimate_memory
+    from tuner.space import default_space_path, load_space
+    from tuner.study import StudyOptions, launch_target
+
+    space = load_space(default_space_path())
+    target = launch_target(space, StudyOptions(engine="sim"))
+    host = read_host_facts("sim", target.module, target.extra_args, space.model_path)
+    flags = {
+        "speculative_algorithm": "NEXTN",
+        "speculative_num_steps": 1,
+        "speculative_num_draft_tokens": 2,
+        "speculative_eagle_topk": 1,
+        "max_running_requests": 16,
+    }
+    static = estimate_memory({**flags, "mem_fraction_static": 0.95}, host.model, host.gpu_memory_gb)
+    tight = estimate_memory(
+        {**flags, "mem_fraction_static": 0.95, "speculative_adaptive": True},
+        host.model,
+        host.gpu_memory_gb,
+    )
+    roomy = estimate_memory(
+        {**flags, "mem_fraction_static": 0.8, "speculative_adaptive": True},
+        host.model,
+        host.gpu_memory_gb,
+    )
+    assert static.fits and roomy.fits
+    assert not tight.fits and "adaptive draft states" in tight.reason

@@ -13,8 +13,10 @@ room for activations); borderline cases are left to the launch and to the learne
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tuner.engines.memory_plan import mamba_slot_ratio, plan_pools
@@ -112,12 +114,23 @@ def estimate_memory(
             f"{model.weight_bytes / GB:.1f} GB of weights{reserve}, as sglang {version} plans "
             f"memory: {plan.reason}",
         )
-    if room < need:
+    widest = _widest_adaptive_draft(flags) if spec and model.state_bytes_per_request else 0
+    draft = int(flags.get("speculative_num_draft_tokens") or 4) if spec else 0
+    excess = 0.0
+    if widest > draft:
+        # Adaptive steps: sglang 0.5.23 allocates the Mamba intermediate states for the widest
+        # candidate draft (srt/speculative/spec_info.py resolve_max_speculative_num_draft_tokens,
+        # passed to the pool at srt/mem_cache/kv_cache_configurator.py:1718-1734) but budgets
+        # the pool for the starting draft (:3361-3376): the rest comes out of this room.
+        running = max(plan.max_running_requests, 1)
+        excess = model.state_bytes_per_request * (running + 1) * (widest - draft)
+    if room < need + excess:
+        widen = f" and {excess / GB:.1f} GB of adaptive draft states" if excess else ""
         return result(
             False,
             "out_of_memory",
             f"mem_fraction_static {mfs:.2f} leaves {room / GB:.1f} GB for activations and CUDA "
-            f"graphs, below {need / GB:.1f} GB",
+            f"graphs{widen}, below {(need + excess) / GB:.1f} GB",
         )
     return result(
         True,
@@ -125,6 +138,29 @@ def estimate_memory(
         f"{kv_tokens} KV tokens, {slots} state slots, {plan.max_running_requests} running, "
         f"{room / GB:.1f} GB free",
     )
+
+
+# The largest candidate step count of sglang 0.5.23's default adaptive tiers
+# (srt/speculative/adaptive_spec_params.py: 1 / 3 / 5 / 7 from batch 1).
+ADAPTIVE_MAX_STEPS = 7
+
+
+def _widest_adaptive_draft(flags: Mapping[str, Any]) -> int:
+    """Draft tokens the widest adaptive step count needs (0 without adaptive speculation): the
+    largest candidate + 1 (topk 1), from --speculative-adaptive-config when it can be read."""
+    if not flags.get("speculative_adaptive"):
+        return 0
+    steps = ADAPTIVE_MAX_STEPS
+    path = flags.get("speculative_adaptive_config")
+    if path:
+        try:
+            tiers = json.loads(Path(str(path)).read_text())
+            found = [int(x) for tier in tiers.values() if isinstance(tier, dict)
+                     for x in tier.get("candidate_steps", ())]  # fmt: skip
+            steps = max(found) if found else steps
+        except (OSError, ValueError, AttributeError, TypeError):
+            pass  # unreadable here: sglang's default tiers
+    return steps + 1
 
 
 def _pool_inputs(flags: Mapping[str, Any], model: ModelMemory, spec: bool) -> dict[str, Any]:

@@ -151,6 +151,13 @@ class Guide:
         if not feasible:
             return None
         best = max(feasible, key=lambda t: t.values[0])
+        self._local.blind = frozenset(self.space.params) - Estimator.MODELLED
+        unseen = self._local.blind_move(best, _tried(trials))
+        if unseen is not None:
+            why = (
+                f"a move from trial {best.number} the estimate cannot rank ({unseen[0]}) is untried"
+            )
+            return Outlook(unseen[1], math.inf, why)
         self._refit(trials)
         params = self._best_candidate(_tried(trials))
         if params is None:

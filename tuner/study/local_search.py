@@ -210,6 +210,20 @@ class LocalSearch:
             options.append((priority, rank, self.rng.random(), candidate))
         return options
 
+    def blind_move(
+        self, base: FrozenTrial, tried: set[tuple[Any, ...]]
+    ) -> tuple[str, Params] | None:
+        """(the moved param, the configuration) of the lowest-level untried move from `base`
+        that the estimate cannot see (`blind`), or None."""
+        params = dict(base.params)
+        for move in sorted(moves(self.space, params), key=lambda m: m.level):
+            if self._blind(move, params):
+                candidate = complete(self.space, {**params, move.param: move.value,
+                                                  **dict(move.switched_on)}, params)  # fmt: skip
+                if key(candidate) not in tried:
+                    return move.param, candidate
+        return None
+
     def _blind(self, move: Move, params: Params) -> bool:
         if not self.blind:
             return False

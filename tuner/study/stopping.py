@@ -17,10 +17,12 @@
    a move of 3%; a point the old front dominates is a move of 0). With `measure="throughput"`
    or `"latency"` only that objective counts (the goals: tuner/study/goals.py);
 3. the estimate, refitted to every measured trial (tuner/study/guide.py), expects no untried
-   configuration to beat the best measured one by more than `min_gain`. The gain is the
-   estimate's score of its best untried configuration over its score of the best measured
-   configuration: the same model on both sides, so its bias cancels and what is left is the
-   difference it predicts. When it predicts more, the study measures that configuration
+   configuration to beat the best measured one by more than `min_gain`, and no move from the
+   best trial that the estimate cannot rank (a flag it does not read, such as adaptive
+   speculation) is untried: those are measured first, as the estimate's expected gains are.
+   The gain is the estimate's score of its best untried configuration over its score of the
+   best measured configuration: the same model on both sides, so its bias cancels and what is
+   left is the difference it predicts. When it predicts more, the study measures that configuration
    instead of stopping (the caller queues `Outlook.params`); after `max_checks` such
    measurements in the window that moved nothing, the estimate is not believed any more.
 
@@ -77,10 +79,12 @@ class StopRule:
 @dataclass(frozen=True)
 class Outlook:
     """What the refitted estimate expects: its best untried configuration and the relative
-    throughput gain it predicts over the best measured one."""
+    throughput gain it predicts over the best measured one. `why` replaces the gain in the
+    reason when the configuration is measured for another cause (the estimate cannot rank it)."""
 
     params: dict[str, Any]
     gain: float
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -177,7 +181,8 @@ def decide(
         expected = outlook()
         if expected is not None and expected.gain > rule.min_gain:
             return keep_going(
-                f"the estimate expects {expected.gain:+.1%} from an untried configuration",
+                expected.why
+                or f"the estimate expects {expected.gain:+.1%} from an untried configuration",
                 moved=moved,
                 noise=noise,
                 outlook=expected,
