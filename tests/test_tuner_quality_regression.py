@@ -40,7 +40,7 @@ BEST_KNOWN = {
     "speculative_algorithm": "NEXTN",
     "speculative_num_steps": 1,
     "speculative_eagle_topk": 1,
-    "speculative_adaptive": None,
+    "speculative_adaptive": True,
     "mem_fraction_static": 0.95,
     "enable_hierarchical_cache": False,
     "mamba_radix_cache_strategy": "extra_buffer",
@@ -86,16 +86,19 @@ def test_the_default_beats_random_search_at_40_trials():
 
 # Two worlds the tuner has not seen (benchmarks/worlds/), one seed each to keep the file short:
 # world -> (space of benchmarks.quality.worlds, least fraction at 40 trials, at 20 trials).
-# Measured (seed 0): decay 1.000 at 40, 0.847 at 20; unknown-gpu 0.933 at 40, 0.932 at 20. At
+# Measured (seed 0, with the local search from trial 8): decay 1.000 at 40, 0.990 at 20 (0.847
+# at 20 when the local search began at trial 24); unknown-gpu (model-free, the local search on
+# three trials in four) 0.90-0.93 at 40 and 0.79 at 20 (0.93 at 20 with one in two, which
+# left other seeds lower at 40: 0.79-0.84 where three in four keep 0.99). At
 # 3 s the unknown GPU's model-free study finds no SLO-feasible configuration (0.000), so it is
 # tested at 10 s, where a threshold can fail.
 # The optimum is the best of BEST_KNOWN's speculative-step variants and of what the study
 # launched (benchmarks/results/tuner_quality_worlds.md has the dense-grid optimum per cell).
 WORLDS = {
     # Acceptance decays x0.85 per draft position: an error of structure the refit cannot absorb.
-    "decay": ("seed-10s", 0.90, 0.80),
+    "decay": ("seed-10s", 0.95, 0.90),
     # A GPU the spec table does not know: no estimate, the study runs model-free.
-    "unknown-gpu": ("seed-10s", 0.90, 0.90),
+    "unknown-gpu": ("seed-10s", 0.90, 0.75),
 }
 
 
@@ -113,8 +116,10 @@ def test_the_default_in_a_world_it_has_not_seen(world):
     space_name, at_40, at_20 = WORLDS[world]
     space = world_space(space_name, world)
     oracle = Oracle(space, OracleCache(space))
-    for steps in (1, 2, 3):
-        oracle.of_params({**BEST_KNOWN, "speculative_num_steps": steps})
+    for steps, adaptive in ((1, True), (1, None), (2, None), (3, True), (3, None)):
+        oracle.of_params(
+            {**BEST_KNOWN, "speculative_num_steps": steps, "speculative_adaptive": adaptive}
+        )
     default = next(m for m in METHODS if m.name == "default")
     run = run_study(default, 0, BUDGET, space, oracle, NoiseModel(0.02, 0.02, 0.05))
     curve = best_so_far(run, summarize_optimum(oracle, 0.0))
