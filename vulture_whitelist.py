@@ -19,9 +19,11 @@ __getitem__
 __iter__
 __len__
 __repr__
+_.after_trial  # Optuna calls a sampler's after_trial on every tell
 
 # Fields of records and snapshots, read by people (JSON, reports) or kept for their shape.
 stages_run
+guided_by  # benchmarks/quality/study.py TrialLog: written to the JSON results
 _.stages_run
 mean_tpot_ms
 action_class

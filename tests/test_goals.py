@@ -63,9 +63,8 @@ def test_the_stop_rule_watches_what_the_goal_is_about():
     assert stop_rule(StudyOptions(goal="balanced", min_gain=0.02)).min_gain == 0.02
 
 
-def test_capacity_is_a_clear_not_yet_and_an_unknown_goal_lists_the_goals():
-    with pytest.raises(UserError, match=r"^--goal capacity: not yet: .*choose throughput"):
-        check_options(StudyOptions(goal="capacity"))
+def test_an_unknown_goal_lists_the_goals():
+    check_options(StudyOptions(goal="capacity"))  # built: tests/test_capacity_study.py
     with pytest.raises(UserError, match=r"--goal 'speed' is not a goal: choose one of throughput"):
         goal_named("speed")
 
@@ -83,7 +82,8 @@ def test_export_without_pick_uses_the_studys_goal(tmp_path, goal, expected):
     assert result.picked_by == (GOALS[goal].pick if goal else "knee")
 
 
-@pytest.mark.parametrize("goal", sorted(GOALS))
+# capacity needs an open-loop space: tests/test_capacity_study.py runs it end to end
+@pytest.mark.parametrize("goal", sorted(set(GOALS) - {"capacity"}))
 def test_each_goal_runs_end_to_end_on_the_simulator(tmp_path, capsys, goal):
     options = StudyOptions(
         trials=2, space_path=_space_without_goals(tmp_path), studies_dir=tmp_path, seed=0, goal=goal

@@ -213,3 +213,21 @@ def test_a_measured_effect_carries_over_only_where_the_switched_params_are_the_s
     proposal = search.propose(trials, tried)
     assert proposal is not None
     assert proposal["speculative_num_steps"] == 1 and proposal["speculative_adaptive"] is True
+
+
+def test_moves_the_estimate_cannot_see_come_before_those_it_ranks():
+    """An estimate that does not read adaptive speculation ranks every move by draft steps
+    alone; the flip of the flag it cannot see is measured first all the same."""
+    space = space_from_dict(ADAPTIVE_SPACE)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    base = {**START, "speculative_algorithm": "NEXTN", "speculative_num_steps": 3}
+    _trial(study, {**base, "speculative_adaptive": None}, 478.0)
+    trials = study.get_trials(deepcopy=False)
+    tried = {key(t.params) for t in trials}
+    deeper = lambda p: float(p.get("speculative_num_steps") or 0) + p["mem_fraction_static"]  # noqa: E731
+    search = LocalSearch(space, seed=0, rank=deeper)
+    search.blind = frozenset({"speculative_adaptive"})
+    first = search.propose(trials, tried)
+    assert first is not None and first.get("speculative_adaptive") is True
+    search.blind = frozenset()
+    assert search.propose(trials, tried).get("speculative_adaptive") is None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 from optuna.trial import TrialState
 from support.ctrl_c import sigint_as_in_a_terminal
 from support.sim_spaces import small_space
@@ -287,6 +288,28 @@ def test_other_samplers_run_a_study(tmp_path, sampler):
     assert len(finished) == 3
     assert trials[0].user_attrs[record.IS_DEFAULT]
     assert any(t.params for t in trials[1:])
+
+
+def test_a_grid_smaller_than_the_budget_ends_the_study_when_every_point_is_tried(tmp_path):
+    # Optuna's GridSampler calls study.stop() after the last point, which raises in an ask/tell
+    # loop ("Study.stop is supposed to be invoked inside an objective function").
+    space = small_space(tmp_path)
+    data = yaml.safe_load(space.read_text())
+    data["params"] = {"max_running_requests": {"choices": [4, 8]}}
+    space.write_text(yaml.safe_dump(data))
+    events: list[tuple[str, dict]] = []
+    # The grid alone: no estimate-picked first trials, no local search queueing neighbours.
+    options = _options(tmp_path, space, trials=6, sampler="grid", warm_start=False, polish=False)
+    summary = run_study(resolve_run(options), on_event=lambda k, d: events.append((k, d)))
+    trials = _trials(tmp_path, "small")
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 3  # the default, then the grid
+    assert sorted(t.params["max_running_requests"] for t in trials[1:]) == [4, 8]
+    assert summary.launched == 3 and not summary.interrupted
+    assert events[-1] == (
+        "stopped",
+        {"message": "every point of the grid has been tried; stopping after 3 launched"},
+    )
+    assert _no_server_left(tmp_path)
 
 
 def test_grid_enumerates_choices_and_range_points(tmp_path):

@@ -55,6 +55,19 @@ def test_dry_run_prints_the_cost_and_the_first_configurations_and_stores_nothing
     assert not (tmp_path / "studies").exists()
 
 
+def test_dry_run_of_a_grid_smaller_than_the_preview_lists_each_point_once(tmp_path):
+    # Telling the preview's last grid point made Optuna's GridSampler call study.stop(), which
+    # raises outside study.optimize.
+    space = small_space(tmp_path)
+    data = yaml.safe_load(space.read_text())
+    data["params"] = {"max_running_requests": {"choices": [4, 8]}}
+    space.write_text(yaml.safe_dump(data))
+    out = _dry_run(tmp_path, space, "--sampler", "grid", "--trials", "10", "--no-guide")
+    sampled = re.findall(r"trial \d+ sampler: (.*)", out)
+    assert sorted(sampled) == ["--max-running-requests 4", "--max-running-requests 8"]
+    assert "dry run: nothing launched, no study created" in out
+
+
 def test_dry_run_starts_no_server(tmp_path, monkeypatch):
     def no_launch(*_args: object, **_kw: object) -> None:
         raise AssertionError("a dry run started a server")
@@ -83,6 +96,38 @@ def test_the_cost_model(tmp_path):
     rough = study_cost(replace(run, host=HostFacts("Some Future GPU", None, model)))
     assert "rough rule" in rough.bench_rule and rough.bench_s > 0
     assert "(10 already in the study)" in cost.lines()[0]
+
+
+def test_the_cost_model_on_a_cpu_counts_no_graph_capture_and_no_gpu(tmp_path):
+    # The shipped CPU space (real sglang on a CPU): sglang 0.5.23 captures no graph there, and no
+    # GPU serves the trials, even on a host that has one beside.
+    cpu_space = ROOT / "search_spaces" / "tiny-llama-cpu.yaml"
+    options = StudyOptions(
+        trials=10, space_path=cpu_space, engine="sglang", engine_python=sys.executable, tp_size=2
+    )
+    model = ModelMemory.from_model_path(ROOT / "tuner" / "sim" / "profiles" / "model" / "qwen3-8b")
+    assert model is not None
+    run = replace(resolve_run(options), host=HostFacts("NVIDIA H200", 141.0, model))
+    cost = study_cost(run)
+    weights_gb = model.weight_bytes / 1e9
+    assert cost.on_cpu
+    assert cost.launch_s == pytest.approx(PROCESS_START_S + weights_gb / LOAD_RATE_GB_S)
+    assert cost.gpu_hours == pytest.approx(10 * (cost.launch_s + cost.bench_s) / 3600)  # not x2
+    assert "no estimate for a CPU" in cost.bench_rule and "H200" not in cost.bench_rule
+    text = "\n".join(cost.lines())
+    assert "CUDA" not in text and "GPU" not in text, text
+    assert "no graph capture on a CPU" in text
+    assert re.search(r"total +~\d+\.\d\d hours of the CPU host;", text)
+    # The same space on the GPU: graphs counted, the estimate for the GPU, GPU hours x2.
+    flags = {k: v for k, v in run.space.fixed_flags.items() if k != "device"}
+    gpu_run = replace(run, space=run.space.model_copy(update={"fixed_flags": flags}))
+    gpu_cost = study_cost(gpu_run)
+    assert not gpu_cost.on_cpu
+    assert gpu_cost.launch_s == pytest.approx(cost.launch_s + GRAPH_CAPTURE_S)
+    assert "CUDA graphs" in "\n".join(gpu_cost.lines())
+    assert gpu_cost.gpu_hours == pytest.approx(
+        10 * (gpu_cost.launch_s + gpu_cost.bench_s) * 2 / 3600
+    )
 
 
 def test_a_resumed_study_costs_only_what_is_left(tmp_path):

@@ -2,7 +2,7 @@
 
     python -m benchmarks.quality                               # the full run (README figures)
     python -m benchmarks.quality --budgets 20,40 --seeds 3 --served 0
-    python -m benchmarks.quality --fast --out OUT_DIR          # seconds; what the test suite runs
+    python -m benchmarks.quality --fast --out OUT_DIR          # ~40 s; what the test suite runs
 
 (`python benchmarks/tuner_quality.py ...` runs the same.) The modules, one concept each:
 

@@ -26,6 +26,8 @@ def numeric_values(param: ParamSpec, limit: int | None) -> list[Any]:
         every = list(np.linspace(low, high, 65))
     if limit is None or len(every) <= limit:
         return every
+    if limit == 1:  # the fast run's grid (cli.py --fast): the high end, most memory and slots
+        return [every[-1]]
     spread = np.geomspace(low, high, limit) if param.log else np.linspace(low, high, limit)
     return sorted({min(every, key=lambda v, s=s: abs(v - s)) for s in spread})
 

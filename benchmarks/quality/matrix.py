@@ -110,6 +110,13 @@ def run_cell(world: str, space_name: str, opts: Options) -> Cell:
     )  # fmt: skip
 
 
+def cell_from_json(data: dict[str, Any]) -> Cell:
+    """A cell as `run_matrix` wrote it (JSON keys are strings: budgets back to ints)."""
+    cell = Cell(**data)
+    cell.fractions = {m: {int(b): v for b, v in by_b.items()} for m, by_b in cell.fractions.items()}
+    return cell
+
+
 def _all_worlds() -> list[str]:
     known = world_names()
     return [w for w in MATRIX_WORLDS if w in known] + [w for w in known if w not in MATRIX_WORLDS]
@@ -121,9 +128,18 @@ def run_matrix(opts: Options) -> dict[str, Any]:
     jobs = [(w, s) for w in worlds for s in opts.spaces]
     cells: list[Cell] = []
     opts.out.mkdir(parents=True, exist_ok=True)
+    earlier_s = 0.0
+    saved = opts.out / "tuner_quality_worlds.json"
+    if opts.resume and saved.is_file():
+        # Cells an earlier run finished (with its seeds) are kept; only the others run.
+        data = json.loads(saved.read_text())
+        cells = [c for c in map(cell_from_json, data["cells"]) if (c.world, c.space) in jobs]
+        earlier_s = float(data.get("wall_s", 0.0))
+        print(f"resuming: {len(cells)} cells kept from {saved}", flush=True)
+    done = {(c.world, c.space) for c in cells}
 
     def write() -> dict[str, Any]:
-        wall = time.perf_counter() - started
+        wall = time.perf_counter() - started + earlier_s
         order = {job: i for i, job in enumerate(jobs)}
         cells.sort(key=lambda c: order[(c.world, c.space)])
         (opts.out / "tuner_quality_worlds.md").write_text(matrix_markdown(cells, jobs, opts, wall))
@@ -136,8 +152,9 @@ def run_matrix(opts: Options) -> dict[str, Any]:
         (opts.out / "tuner_quality_worlds.json").write_text(json.dumps(data, indent=1))
         return data
 
+    data = write()
     with ProcessPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
-        futures = {pool.submit(run_cell, w, s, opts): (w, s) for w, s in jobs}
+        futures = {pool.submit(run_cell, w, s, opts): (w, s) for w, s in jobs if (w, s) not in done}
         for future in as_completed(futures):
             cell = future.result()
             cells.append(cell)
@@ -154,6 +171,10 @@ def run_matrix(opts: Options) -> dict[str, Any]:
             data = write()
     print((opts.out / "tuner_quality_worlds.md").read_text())
     return data
+
+
+def _seeds(cell: Cell) -> int:
+    return max((len(v) for by_b in cell.fractions.values() for v in by_b.values()), default=0)
 
 
 def _gpu(values: list[float | None]) -> str:
@@ -250,13 +271,15 @@ def matrix_markdown(
         "",
         "Each cell's optimum (tok/s), the configurations judged, and the best configuration:",
         "",
-        "| world | space | optimum tok/s | judged | a study beat the grid | best configuration |",
-        "|---|---|---:|---:|---|---|",
+        "| world | space | seeds | optimum tok/s | judged | a study beat the grid "
+        "| best configuration |",
+        "|---|---|---:|---:|---:|---|---|",
     ]
     for cell in cells:
         best = {k: v for k, v in cell.best_params.items() if v is not None}
         lines.append(
-            f"| {cell.world} | {cell.space} | {cell.best_throughput:.1f} | {cell.configurations} "
+            f"| {cell.world} | {cell.space} | {_seeds(cell)} | {cell.best_throughput:.1f} "
+            f"| {cell.configurations} "
             f"| {'yes' if cell.studies_beat_search else 'no'} | `{json.dumps(best)}` |"
         )
     lines += [

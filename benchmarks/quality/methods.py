@@ -159,3 +159,4 @@ class Options:
     oracle_store: Path | None = None
     # Seeds of the matrix's cells on other spaces than the seed's (None: --seeds everywhere).
     other_seeds: int | None = None
+    resume: bool = False  # keep the cells an earlier matrix run in --out finished

@@ -36,6 +36,9 @@ from tuner.errors import UserError
 
 API_KEY_ENV = "SGLANG_API_KEY"
 _CONNECT_TIMEOUT_S = 30.0  # wall seconds; a local server that takes longer is not serving
+# How much slower than its time scale the simulator may run before a request's wall-clock guard
+# ends it (its time limit proper is checked in modelled time).
+_MODELLED_WALL_SLACK = 10.0
 
 
 class ModelClock:
@@ -225,6 +228,16 @@ class BenchClient:
         result = response.json()
         return result if isinstance(result, dict) else {}
 
+    async def flush_cache(self) -> int | None:
+        """POST /flush_cache (sglang and the simulator): the HTTP status, None when unreachable.
+
+        200: the prefix cache is empty; 400: requests still run or wait, nothing was flushed."""
+        try:
+            response = await self._http.post("/flush_cache", timeout=_CONNECT_TIMEOUT_S)
+        except httpx.HTTPError:
+            return None
+        return response.status_code
+
     async def send(
         self,
         index: int,
@@ -249,7 +262,16 @@ class BenchClient:
         )
         output: list[int] | str | None = None
         stamps = Stamps() if self.modelled else None
-        timeout = None if self.request_timeout_s is None else clock.to_wall(self.request_timeout_s)
+        timeout = None
+        if self.request_timeout_s is not None:
+            # An open loop sends requests to the simulator ahead of the modelled time they are
+            # due (modelled.py), and it holds them until then: their time limit starts there.
+            timeout = clock.to_wall(self.request_timeout_s + self._held_s(body))
+            if stamps is not None:
+                # On a busy host the simulator runs slower than its time scale: the limit is
+                # judged in modelled time below; the wall clock only keeps a request that never
+                # ends from hanging the run.
+                timeout = timeout * _MODELLED_WALL_SLACK + _CONNECT_TIMEOUT_S
         try:
             async with asyncio.timeout(timeout):
                 output = await self._stream(content, record, capture_output, stamps)
@@ -263,7 +285,16 @@ class BenchClient:
             record.end_s = clock.now()
         else:
             stamps.finish(record, self.origin)
+            limit = self.request_timeout_s
+            if record.error is None and limit is not None and record.latency_s > limit:
+                record.error = f"timeout after {limit:g} s"
         return record, output
+
+    def _held_s(self, body: dict[str, Any]) -> float:
+        """Modelled seconds at most that the simulator holds a request before it is due."""
+        sim = body.get("sim") if self.modelled else None
+        at = sim.get("at") if isinstance(sim, dict) else None
+        return max(float(at) - self.origin, 0.0) if isinstance(at, int | float) else 0.0
 
     async def _stream(
         self, content: bytes, record: RequestRecord, capture_output: bool, stamps: Stamps | None

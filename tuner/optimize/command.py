@@ -43,7 +43,11 @@ def run_optimize(options: StudyOptions, workers: int, report: bool, dry_run: boo
     )
     stop_like_ctrl_c()  # Slurm, Kubernetes and systemd stop jobs with SIGTERM
     display = OptimizeDisplay(
-        console, options.trials, loaded_space.objectives.throughput, loaded_space.objectives.latency
+        console,
+        options.trials,
+        loaded_space.objectives.throughput,
+        loaded_space.objectives.latency,
+        tuple(loaded_space.slos),
     )
     try:
         with display:

@@ -9,13 +9,18 @@ The model, stated in what it prints:
   proposals and repeats are recorded but launch nothing, so they cost no GPU time);
 - a launch: 20 s to start the process, the weights (config.json) read at 1 GB/s, and 30 s of
   CUDA-graph capture (60 s with speculation on): the launch model of the quality benchmark
-  (benchmarks/oracle_measurer.py), since only a launch can measure this host's disk and GPU;
+  (benchmarks/oracle_measurer.py), since only a launch can measure this host's disk and GPU.
+  On a CPU (`device: cpu`) no graph is captured: sglang 0.5.23 captures CPU graphs only with
+  `--enable-torch-compile` (srt/model_executor/model_runner_components/cuda_graph_setup.py,
+  capture_decode_graph), which it refuses on a CPU; the 20 s start matches the 17-26 s real
+  sglang took to answer /health with the tiny Llama on a 2-core CPU (docs/real-sglang-cpu.md);
 - a benchmark: the workload's output tokens at the throughput the performance estimate predicts
   for sglang's defaults (tuner/predict/estimate.py: config.json, the GPU's spec sheet, sglang's
   memory rules) when the GPU is in the table; otherwise a rough rule, 30 ms per output token per
   client (about 33 tok/s each), stated as such;
 - GPU hours: launches x (launch + benchmark) x GPUs per server, an upper bound since the stage
-  pruner stops clearly dominated trials early;
+  pruner stops clearly dominated trials early; on a CPU, hours of the host (tensor-parallel
+  ranks share its cores) and no estimate (tuner/predict/ models GPUs): the rough rule;
 - the simulator: each trial's benchmark runs at most `time_scale` times faster than the
   modelled GPU, plus about 2 s to start a simulator process (a lower bound on the wall time).
 """
@@ -29,6 +34,7 @@ from tuner.bench import WorkloadSpec
 from tuner.engines.model_config import ModelMemory
 from tuner.predict.estimate import Estimator
 from tuner.predict.gpu_specs import gpu_spec
+from tuner.results.goals import is_capacity
 from tuner.space.model import SearchSpace
 from tuner.study.run import Run
 
@@ -51,10 +57,17 @@ class StudyCost:
     gpus_per_server: int
     time_scale: float | None  # the simulator's; None on sglang
     speculative: bool = False  # the space can turn speculation on
+    on_cpu: bool = False  # the space fixes `device: cpu`: no GPU, no graph capture
 
     @property
     def gpu_hours(self) -> float:
-        return self.launches * (self.launch_s + self.bench_s) * self.gpus_per_server / 3600
+        """GPU hours; on a CPU, hours of the host."""
+        per_server = 1 if self.on_cpu else self.gpus_per_server
+        return self.launches * (self.launch_s + self.bench_s) * per_server / 3600
+
+    @property
+    def hours_unit(self) -> str:
+        return "hours of the CPU host" if self.on_cpu else "GPU hours"
 
     @property
     def sim_wall_s(self) -> float | None:
@@ -69,18 +82,22 @@ class StudyCost:
             else "weights unknown (no config.json here): none counted"
         )
         resumed = f" ({self.done} already in the study)" if self.done else ""
-        out = [
-            f"cost: {self.launches} launches{resumed}; skipped proposals launch nothing",
-            f"  launch   ~{_duration(self.launch_s)} each: {PROCESS_START_S:g} s start + {weights}"
-            f" + {GRAPH_CAPTURE_S:g} s CUDA graphs"
-            + (
+        if self.on_cpu:
+            graphs = "; no graph capture on a CPU"
+        else:
+            graphs = f" + {GRAPH_CAPTURE_S:g} s CUDA graphs" + (
                 f" (x{SPECULATIVE_GRAPH_FACTOR:g} with speculation, counted for half the trials)"
                 if self.speculative
                 else ""
-            ),
+            )
+        gpus = self.gpus_per_server > 1 and not self.on_cpu
+        out = [
+            f"cost: {self.launches} launches{resumed}; skipped proposals launch nothing",
+            f"  launch   ~{_duration(self.launch_s)} each: {PROCESS_START_S:g} s start + {weights}"
+            + graphs,
             f"  bench    ~{_duration(self.bench_s)} per trial: {self.bench_rule}",
-            f"  total    ~{self.gpu_hours:.2f} GPU hours"
-            + (f" ({self.gpus_per_server} GPUs per server)" if self.gpus_per_server > 1 else "")
+            f"  total    ~{self.gpu_hours:.2f} {self.hours_unit}"
+            + (f" ({self.gpus_per_server} GPUs per server)" if gpus else "")
             + "; less when the stage pruner stops a trial early",
         ]
         if self.sim_wall_s is not None:
@@ -98,9 +115,13 @@ def study_cost(run: Run, done: int = 0) -> StudyCost:
     launches = max(options.trials - done, 0)
     weights_gb = None if model is None else (model.weight_bytes + model.draft_bytes) / 1e9
     speculative = "speculative_algorithm" in space.params
+    on_cpu = runs_on_cpu(space)
     capture = GRAPH_CAPTURE_S * ((1 + SPECULATIVE_GRAPH_FACTOR) / 2 if speculative else 1.0)
-    launch_s = PROCESS_START_S + (weights_gb or 0.0) / LOAD_RATE_GB_S + capture
-    bench_s, rule = bench_seconds(space, model, run.host.gpu_name, run.host.gpu_memory_gb)
+    launch_s = PROCESS_START_S + (weights_gb or 0.0) / LOAD_RATE_GB_S + (0.0 if on_cpu else capture)
+    gpu_name = None if on_cpu else run.host.gpu_name  # a GPU beside does not serve the trials
+    bench_s, rule = bench_seconds(space, model, gpu_name, run.host.gpu_memory_gb, on_cpu=on_cpu)
+    if is_capacity(space.objectives.throughput):
+        bench_s, rule = capacity_seconds(space, bench_s, rule)
     time_scale = None
     if options.engine == "sim":
         time_scale = float(options.time_scale or space.sim.get("time_scale") or 1.0)
@@ -114,11 +135,21 @@ def study_cost(run: Run, done: int = 0) -> StudyCost:
         options.tp_size,
         time_scale,
         speculative,
+        on_cpu,
     )
 
 
+def runs_on_cpu(space: SearchSpace) -> bool:
+    """The space serves on the CPU: sglang's `--device cpu`, fixed in the space file."""
+    return str(space.fixed_flags.get("device") or "").lower() == "cpu"
+
+
 def bench_seconds(
-    space: SearchSpace, model: ModelMemory | None, gpu_name: str | None, gpu_gb: float | None
+    space: SearchSpace,
+    model: ModelMemory | None,
+    gpu_name: str | None,
+    gpu_gb: float | None,
+    on_cpu: bool = False,
 ) -> tuple[float, str]:
     """Modelled seconds of one trial's benchmark, and the rule that gave them."""
     spec = WorkloadSpec.from_dict(space.workload)
@@ -138,9 +169,28 @@ def bench_seconds(
                 f"defaults on {gpu.name} (tuner/predict/estimate.py)"
             )
     per_client = tokens / min(clients, requests)
+    missing = "a CPU" if on_cpu else "this GPU and model"  # tuner/predict/ models GPUs
     return per_client * ROUGH_S_PER_TOKEN, (
-        f"{what}; rough rule, no estimate for this GPU and model: "
+        f"{what}; rough rule, no estimate for {missing}: "
         f"{ROUGH_S_PER_TOKEN * 1000:g} ms per output token per client"
+    )
+
+
+# Full-length steps a capacity search (tuner/trial/capacity.py) costs, in runs of its workload
+# at the rate it finds: measured 7.7-8.4 on search_spaces/qwen3.6-27b-capacity.yaml (7 steps,
+# the lower ones longer, the broken ones stopped early).
+CAPACITY_STEP_RUNS = 8.0
+
+
+def capacity_seconds(space: SearchSpace, closed_s: float, rule: str) -> tuple[float, str]:
+    """A capacity trial's benchmark: its workload about CAPACITY_STEP_RUNS times, each at
+    least as long as the requests take to arrive at the rate the search starts at."""
+    spec = WorkloadSpec.from_dict(space.workload)
+    start = float(space.bench.request_rate or 1.0)
+    one = max(closed_s, spec.num_requests / start)
+    return one * CAPACITY_STEP_RUNS, (
+        f"a rate search of ~{CAPACITY_STEP_RUNS:g} runs of {spec.num_requests} requests, "
+        f"each >= {one:.0f} s (arrivals at {start:g} req/s, or {rule})"
     )
 
 

@@ -29,7 +29,7 @@ from tuner.predict.memory import estimate_memory
 from tuner.space.model import suggest_flags
 from tuner.study.guide import Guide, GuideConfig, complete_flags
 from tuner.study.run import Run
-from tuner.study.sampler import make_sampler
+from tuner.study.sampler import grid_points_left, make_sampler
 
 MAX_DRAWS = 50
 
@@ -71,8 +71,8 @@ def first_configurations(run: Run, count: int = 6) -> list[Proposal]:
         directions=["maximize", "minimize"], sampler=make_sampler(options.sampler, space, seed)
     )
     for _ in range(MAX_DRAWS):
-        if sum(1 for r in rows if r.skip is None) >= count:
-            break
+        if sum(1 for r in rows if r.skip is None) >= count or grid_points_left(study) == 0:
+            break  # enough, or a grid with no point left (a study stops there too)
         trial = study.ask()
         offer(suggest_flags(trial, space), "sampler")
         study.tell(trial, state=TrialState.FAIL)  # nothing measured: no sampler learns from it

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tuner.results import record
+from tuner.results.goals import Slo, capacity_words, is_capacity
 
 _NOT_LAUNCHED = (record.OUTCOME_SKIPPED, record.OUTCOME_INVALID)
 
@@ -28,14 +29,41 @@ def format_flags(flags: dict[str, Any]) -> str:
     return " ".join(parts) or "sglang defaults"
 
 
+def rate_step_words(step: dict[str, Any]) -> str:
+    """One rate step of a capacity search (tuner/trial/capacity.py) as the display shows it."""
+    metrics = step.get("metrics") or {}
+    ttft = metrics.get("p99_ttft_ms")
+    seen = f" (p99 TTFT {ttft:.0f} ms)" if isinstance(ttft, int | float) else ""
+    if step.get("met"):
+        verdict = "met every SLO"
+    elif step.get("stopped_early"):
+        verdict = (
+            f"broke {step.get('broke')}, stopped after {step.get('completed')} of "
+            f"{step.get('requests')} requests"
+        )
+    else:
+        verdict = f"broke {step.get('broke')}"
+    return (
+        f"rate step {int(step.get('step', 0)) + 1}: {step.get('rate', 0):.3g} req/s {verdict}{seen}"
+    )
+
+
 class OptimizeDisplay:
     """Receives (kind, data) events and keeps a live panel up to date."""
 
-    def __init__(self, console: Console, total: int, throughput: str, latency: str) -> None:
+    def __init__(
+        self,
+        console: Console,
+        total: int,
+        throughput: str,
+        latency: str,
+        slos: tuple[Slo, ...] = (),
+    ) -> None:
         self.console = console
         self.total = total
         self.throughput_name = throughput
         self.latency_name = latency
+        self.slos = slos  # a capacity study says its rates with them
         self.started = time.monotonic()
         self.done_at_start = 0
         self.finished = 0
@@ -80,6 +108,8 @@ class OptimizeDisplay:
                 f"stage {data['stage'] + 1}/{data['n_stages']}: "
                 f"{data['throughput']:.1f} tok/s, {data['latency']:.1f} ms",
             )
+        elif kind == "rate_step":
+            self._status(data, rate_step_words(data))
         elif kind in ("waiting", "gave_up", "stop_check"):
             self._log(data["message"])
         elif kind == "stopped":
@@ -111,8 +141,7 @@ class OptimizeDisplay:
                 if data.get("feasible", True):
                     self.best.append((data["throughput"], data["latency"], data["number"]))
                 self._log(
-                    f"trial {data['number']}: {data['throughput']:.1f} tok/s, "
-                    f"{data['latency']:.1f} ms"
+                    f"trial {data['number']}: {self._measured(data)}"
                     + ("" if data.get("feasible", True) else " (violates an SLO)")
                 )
             elif kind == "pruned":
@@ -125,6 +154,14 @@ class OptimizeDisplay:
             self.current.pop(data["number"], None)
         if self.live is not None:
             self.live.update(self.render())
+
+    def _measured(self, data: dict[str, Any]) -> str:
+        if is_capacity(self.throughput_name):
+            return (
+                f"{capacity_words(data['throughput'], self.slos)}; "
+                f"{data['latency']:.1f} ms {self.latency_name} there"
+            )
+        return f"{data['throughput']:.1f} tok/s, {data['latency']:.1f} ms"
 
     def _status(self, data: dict[str, Any], status: str) -> None:
         trial = self.current.setdefault(data["number"], {"flags": "", "status": ""})

@@ -10,7 +10,7 @@ from rich.table import Table
 from tuner.optimize.cost import StudyCost
 from tuner.optimize.progress import format_flags
 from tuner.results import record
-from tuner.results.goals import GOALS
+from tuner.results.goals import GOALS, capacity_words, is_capacity
 from tuner.space.model import SearchSpace
 from tuner.study.options import StudySummary
 
@@ -28,12 +28,22 @@ def print_summary(
     if summary.stopped_because:
         console.print(stopped_line(summary, saved), soft_wrap=True)
     thr_name, lat_name = space.objectives.throughput, space.objectives.latency
+    capacity_study = is_capacity(thr_name)
+    first = "{:.3g}" if capacity_study else "{:.1f}"  # req/s, or tok/s
     default = summary.default_trial
     if default is not None and default.values:
-        console.print(
-            f"default (trial {default.number}): {default.values[0]:.1f} {thr_name}, "
-            f"{default.values[1]:.1f} {lat_name}"
-        )
+        if capacity_study:
+            console.print(
+                f"default (trial {default.number}): "
+                f"{capacity_words(default.values[0], space.slos)}; {lat_name} "
+                f"{default.values[1]:.1f} there",
+                soft_wrap=True,
+            )
+        else:
+            console.print(
+                f"default (trial {default.number}): {default.values[0]:.1f} {thr_name}, "
+                f"{default.values[1]:.1f} {lat_name}"
+            )
     if not summary.pareto:
         console.print(_nothing_to_export(summary, studies_dir), soft_wrap=True)
     else:
@@ -47,12 +57,14 @@ def print_summary(
             capacity = t.user_attrs.get(record.CAPACITY) or {}
             table.add_row(
                 str(t.number),
-                f"{t.values[0]:.1f}",
+                first.format(t.values[0]),
                 f"{t.values[1]:.1f}",
                 str(capacity.get("max_running_requests", "?")),
                 str(capacity.get("max_total_num_tokens", "?")),
             )
         console.print(table)
+        if capacity_study:
+            console.print(_best_capacity(summary, space), soft_wrap=True)
         for t in summary.pareto:
             flags = (
                 "sglang defaults" if t.user_attrs.get(record.IS_DEFAULT) else format_flags(t.params)
@@ -66,10 +78,20 @@ def print_summary(
     console.print(f"storage: {summary.storage_description}")
 
 
+def _best_capacity(summary: StudySummary, space: SearchSpace) -> str:
+    """The capacity answer in words: the highest sustained rate, against sglang's defaults."""
+    best = max(summary.pareto, key=lambda t: (t.values[0], -t.values[1]))
+    line = f"best: trial {best.number} {capacity_words(best.values[0], space.slos)}"
+    default = summary.default_trial
+    if default is not None and default.values and default.values[0] > 0:
+        line += f", {best.values[0] / default.values[0]:.2f}x sglang's defaults"
+    return line
+
+
 def stopped_line(summary: StudySummary, saved: StudyCost | None) -> str:
     """Why the study ended before --trials, what that saved, and how to go on."""
     left = max(summary.budget - summary.launched, 0)
-    hours = f", ~{saved.gpu_hours:.2f} GPU hours (modelled)" if saved is not None else ""
+    hours = f", ~{saved.gpu_hours:.2f} {saved.hours_unit} (modelled)" if saved is not None else ""
     return (
         f"done after {summary.launched} of {summary.budget} trials: {summary.stopped_because}. "
         f"Saved {left} launches{hours}. To run them anyway, the same command with --min-gain 0 "

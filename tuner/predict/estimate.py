@@ -126,6 +126,28 @@ class Observation:
 class Estimator:
     """Predicts (throughput, TPOT, TTFT) of a configuration; refit with `fit`."""
 
+    # The sglang flags `predict` reads (any other flag is seen only through the learned
+    # per-choice corrections): the local search measures moves of the others early, since
+    # the estimate cannot rank them (tuner/study/local_search.py, `blind`).
+    MODELLED: frozenset[str] = frozenset(
+        {
+            "speculative_algorithm",
+            "speculative_num_steps",
+            "speculative_num_draft_tokens",
+            "speculative_eagle_topk",
+            "max_running_requests",
+            "mem_fraction_static",
+            "enable_hierarchical_cache",
+            "hicache_ratio",
+            "disable_radix_cache",
+            "mamba_radix_cache_strategy",
+            "chunked_prefill_size",
+            "disable_overlap_schedule",
+            "cuda_graph_max_bs_decode",
+            "cuda_graph_max_bs",
+        }
+    )
+
     def __init__(
         self,
         space: SearchSpace,

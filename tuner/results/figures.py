@@ -12,7 +12,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tuner.results.goals import MAXIMIZE
+from tuner.results.goals import MAXIMIZE, Slo
 from tuner.results.importance import Importances
 from tuner.results.study_records import Category, StudyMeta, TrialRecord, metric_label
 
@@ -387,3 +387,73 @@ def _dimension(
 def _tick(value: float) -> str:
     # 9216, not 9.22e+03: a tick is read as a flag value.
     return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def rate_figure(meta: StudyMeta, trials: Sequence[TrialRecord]) -> go.Figure:
+    """A capacity study's rate steps: offered req/s against the latency of the study's first
+    latency SLO (p99 TTFT for --goal capacity), one line per trial, met steps filled and broken
+    ones crossed, the limit as a dashed line. A step stopped early shows what had completed."""
+    slo = next((s for s in meta.slos if s.metric.endswith("_ms")), None)
+    metric = slo.metric if slo is not None else "p99_ttft_ms"
+    fig = go.Figure()
+    for t in sorted(trials, key=lambda t: t.number):
+        points = [
+            (float(s["rate"]), float(value), bool(s.get("met")), s)
+            for s in t.rate_steps
+            if isinstance(value := (s.get("metrics") or {}).get(metric), int | float)
+        ]
+        if not points:
+            continue
+        points.sort(key=lambda p: p[0])
+        sustained = t.metric(meta.throughput.metric)
+        name = f"trial {t.number}" + (" (defaults)" if t.is_default else "")
+        if sustained:
+            name += f": {sustained:.3g} req/s"
+        fig.add_trace(
+            go.Scatter(
+                x=[p[0] for p in points],
+                y=[p[1] for p in points],
+                mode="lines+markers",
+                name=name,
+                marker={
+                    "symbol": ["circle" if p[2] else "x" for p in points],
+                    "size": 9,
+                },
+                hovertext=[_step_hover(t.number, p[3], metric) for p in points],
+                hoverinfo="text",
+            )
+        )
+    if slo is not None:
+        fig.add_hline(
+            y=slo.limit,
+            line_dash="dash",
+            line_color="#d62728",
+            annotation_text=_slo_label(slo),
+            annotation_position="top left",
+        )
+    fig.update_layout(
+        title="Request rate against latency: the capacity search of each trial",
+        xaxis_title="offered request rate (req/s)",
+        yaxis_title=metric_label(metric),
+        yaxis_type="log",
+        height=520,
+        legend={"title": "circle: every SLO met, x: broken"},
+    )
+    return fig
+
+
+def _step_hover(number: int, step: dict[str, Any], metric: str) -> str:
+    metrics = step.get("metrics") or {}
+    lines = [f"<b>trial {number}</b>: {float(step['rate']):.3g} req/s"]
+    broke = html.escape(str(step.get("broke")))
+    lines.append("every SLO met" if step.get("met") else f"broke {broke}")
+    if step.get("stopped_early"):
+        lines.append(f"stopped after {step.get('completed')} of {step.get('requests')} requests")
+    for key, value in metrics.items():
+        if isinstance(value, int | float):
+            lines.append(f"{html.escape(metric_label(key))}: {value:,.1f}")
+    return "<br>".join(lines)
+
+
+def _slo_label(slo: Slo) -> str:
+    return f"SLO {slo.metric} {slo.op} {slo.limit:g}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -17,6 +17,10 @@ from tuner.errors import UserError
 
 MAXIMIZE: Final = "maximize"
 MINIMIZE: Final = "minimize"
+# The capacity objective: the highest request rate at which every SLO held, found by a rate
+# search within one server's lifetime (tuner/trial/capacity.py). A space whose throughput
+# objective is this metric is measured that way; `--goal capacity` sets it.
+SUSTAINED_RATE: Final = "sustained_request_rate"
 
 
 @dataclass(frozen=True)
@@ -113,11 +117,16 @@ class Goal:
     watches (tuner/study/stopping.py)."""
 
     name: str
-    latency: str  # the latency objective (the throughput one is output_throughput)
+    latency: str  # the latency objective
     slos: tuple[str, ...]
     pick: str  # a tuner.results.pick.Pick value
     measure: str  # "throughput", "latency" or "front"
     says: str  # one line for the help and the README
+    throughput: str = DEFAULT_OBJECTIVES[0].metric  # the objective maximized
+    # Relative run-to-run noise of the first objective, for the stop rule: a move within it is
+    # chance. The capacity search finds a rate to within its tolerance, so two equal servers
+    # may differ by that much.
+    noise: float = 0.0
 
 
 GOALS: Final = {
@@ -147,9 +156,19 @@ GOALS: Final = {
             "front",
             "the throughput/latency front with p99 TTFT <= 5 s; exports the knee",
         ),
+        Goal(
+            "capacity",
+            "p99_tpot_ms",
+            ("p99_ttft_ms <= 3000",),
+            "max-throughput",
+            "throughput",
+            "the highest request rate every SLO holds at (p99 TTFT <= 3 s), against p99 TPOT "
+            "there; needs an open-loop space (bench.request_rate); exports the highest rate",
+            throughput=SUSTAINED_RATE,
+            noise=0.02,  # half the search's 4% tolerance (tuner/trial/capacity.py)
+        ),
     )
 }
-NOT_YET: Final = ("capacity",)  # named, not built yet (issue 21, item 2)
 
 
 def goal_named(name: str | None) -> Goal | None:
@@ -158,23 +177,49 @@ def goal_named(name: str | None) -> Goal | None:
         return None
     if name in GOALS:
         return GOALS[name]
-    if name in NOT_YET:
-        raise UserError(
-            f"--goal {name}: not yet: a trial cannot measure the highest SLO-meeting request "
-            f"rate yet; choose {', '.join(GOALS)}"
-        )
     choices = "; ".join(f"{goal.name} ({goal.says})" for goal in GOALS.values())
     raise UserError(f"--goal {name!r} is not a goal: choose one of {choices}")
 
 
 def goal_defaults(goal: Goal | None, space_file: object) -> dict[str, Any]:
     """The top-level keys a goal gives a space file that lacks them: the file's own
-    `objectives:` and `slos:` win when given."""
+    `objectives:` and `slos:` win when given.
+
+    Capacity is the one exception: what it maximizes is what the goal means, so the sustained
+    rate replaces the file's throughput objective (its latency objective stays)."""
     if goal is None or not isinstance(space_file, Mapping):
         return {}
     out: dict[str, Any] = {}
-    if "objectives" not in space_file:
-        out["objectives"] = {"throughput": DEFAULT_OBJECTIVES[0].metric, "latency": goal.latency}
+    own = space_file.get("objectives")
+    if own is None:
+        out["objectives"] = {"throughput": goal.throughput, "latency": goal.latency}
+    elif goal.throughput == SUSTAINED_RATE and isinstance(own, Mapping):
+        out["objectives"] = {**own, "throughput": SUSTAINED_RATE}
     if "slos" not in space_file:
         out["slos"] = list(goal.slos)
     return out
+
+
+def is_capacity(throughput_metric: str) -> bool:
+    """Whether a study with this first objective measures each trial by a rate search."""
+    return throughput_metric == SUSTAINED_RATE
+
+
+def capacity_words(rate: float, slos: Sequence[Slo]) -> str:
+    """A sustained rate in words: 'sustains 7.5 req/s with p99 TTFT <= 3 s'."""
+    if rate <= 0:
+        held = " and ".join(slo_words(s) for s in slos) or "its SLOs"
+        return f"sustains no tested rate with {held}"
+    within = " and ".join(slo_words(s) for s in slos)
+    return f"sustains {rate:.3g} req/s" + (f" with {within}" if within else "")
+
+
+def slo_words(slo: Slo) -> str:
+    """`p99_ttft_ms <= 3000` as a reader says it: 'p99 TTFT <= 3 s'."""
+    match = re.match(r"^(mean|median|p90|p95|p99)_(ttft|tpot|itl|e2e_latency)_ms$", slo.metric)
+    if match is None:
+        return str(slo)
+    stat, quantity = match.groups()
+    name = {"e2e_latency": "E2E latency"}.get(quantity, quantity.upper())
+    limit = f"{slo.limit / 1000:g} s" if slo.limit >= 1000 else f"{slo.limit:g} ms"
+    return f"{stat} {name} {slo.op} {limit}"

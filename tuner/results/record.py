@@ -13,7 +13,8 @@ Study user attrs (set once when the study is created or resumed):
     STUDY_OBJECTIVES     [{"metric": "output_throughput", "direction": "maximize"},
                           {"metric": "median_tpot_ms", "direction": "minimize"}]
     STUDY_SLOS           [{"metric": "p99_ttft_ms", "op": "<=", "limit": 2000.0}, ...]
-    STUDY_GOAL           "throughput" | "latency" | "balanced": `--goal`, what export picks by
+    STUDY_GOAL           "throughput" | "latency" | "balanced" | "capacity": `--goal`, what
+                         export picks by
     STUDY_STOPPED        {"launched": int, "reason": str}: the stop rule ended the study before
                          --trials when it held that many launched trials
                          (tuner/study/stopping.py); stale once the study holds more
@@ -32,6 +33,11 @@ Trial user attrs:
                   total_throughput, median_tpot_ms, p99_ttft_ms, ...), of everything measured
     STAGES        list of per-stage summaries (same keys as METRICS, cumulative up to the stage)
     PRUNED        {"stage": int, "reason": str, "time_saved_s": float} when pruned at a stage
+    RATE_STEPS    a capacity study's rate steps, in the order run (tuner/trial/capacity.py
+                  RateStep): {"rate": req/s, "met": bool, "broke": "p99_ttft_ms <= 3000" | None,
+                  "stopped_early": bool, "completed": int, "requests": int, "duration_s": float,
+                  "metrics": {"p99_ttft_ms": .., "p99_tpot_ms": .., ...}, "cache_flushed": ..};
+                  METRICS is then the step at the sustained rate, plus `sustained_request_rate`
     PREDICTION    {"reason": str, ...} when skipped before launch by the feasibility checks
     TIMINGS       {"launch_s": float, "bench_s": float, "total_s": float}, modelled seconds
     CONSTRAINTS   {"slo:p99_ttft_ms": float, "launch": float}: > 0 means violated; also set with
@@ -87,6 +93,7 @@ CAPACITY = "capacity"
 METRICS = "metrics"
 STAGES = "stages"
 PRUNED = "pruned"
+RATE_STEPS = "rate_steps"
 PREDICTION = "prediction"
 TIMINGS = "timings"
 CONSTRAINTS = "constraints"

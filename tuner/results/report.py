@@ -24,8 +24,14 @@ import plotly.graph_objects as go
 from optuna.storages import BaseStorage
 
 from tuner import __version__
-from tuner.results.figures import history_figure, importance_figure, parallel_figure, pareto_figure
-from tuner.results.goals import MAXIMIZE
+from tuner.results.figures import (
+    history_figure,
+    importance_figure,
+    parallel_figure,
+    pareto_figure,
+    rate_figure,
+)
+from tuner.results.goals import MAXIMIZE, capacity_words
 from tuner.results.importance import Importances, objective_importances
 from tuner.results.pareto import Point, hypervolume_history, knee_point, pareto_front
 from tuner.results.server_config import launch_command
@@ -133,6 +139,8 @@ def write_report(
         ("importance", importance_figure(meta, importances)),
         ("parallel", parallel_figure(meta, trials)),
     ]
+    if any(t.rate_steps for t in trials):
+        figures.append(("capacity", rate_figure(meta, trials)))
     path = out_path or studies_dir / safe_file_stem(study_name) / REPORT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_page(meta, trials, analysis, importances, figures), encoding="utf-8")
@@ -237,6 +245,7 @@ front is computed over feasible trials only.</p>
 {blocks.get("pareto", "")}
 <h2>Pareto-optimal trials</h2>
 {_front_table(meta, trials, analysis)}
+{_capacity_section(meta, trials, blocks.get("capacity", ""))}
 <h2>Optimization history</h2>
 {blocks.get("history", "")}
 <h2>Parameter importance</h2>
@@ -290,6 +299,29 @@ def _front_table(meta: StudyMeta, trials: Sequence[TrialRecord], analysis: Analy
         '<table id="pareto-table"><thead><tr><th>trial</th><th>tuned flags</th>'
         f"{head}<th>max running requests</th><th>KV tokens</th><th>launch command</th>"
         f"</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def _capacity_section(meta: StudyMeta, trials: Sequence[TrialRecord], figure: str) -> str:
+    """A capacity study's rate steps (tuner/trial/capacity.py), in words and as a figure."""
+    if not figure:
+        return ""
+    e = html.escape
+    lines = []
+    for t in sorted(trials, key=lambda t: t.number):
+        rate = t.metric(meta.throughput.metric)
+        if not t.rate_steps or rate is None:
+            continue
+        tag = " (sglang defaults)" if t.is_default else ""
+        lines.append(
+            f"<li>trial {t.number}{e(tag)}: {e(capacity_words(rate, meta.slos))} "
+            f"({len(t.rate_steps)} rate steps)</li>"
+        )
+    return (
+        "<h2>Request rate against latency</h2>\n<p>Each trial searched the highest request rate "
+        "at which every SLO held, in one server: rate steps, each stopped as soon as an SLO was "
+        "clearly lost. Its sustained rate is its highest met step.</p>\n"
+        f'<ul id="capacity-list">{"".join(lines)}</ul>\n{figure}'
     )
 
 

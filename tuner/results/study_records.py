@@ -90,6 +90,7 @@ class TrialRecord:
     pruned: dict[str, Any] = field(default_factory=dict)
     prediction: dict[str, Any] = field(default_factory=dict)
     choices: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # of categorical params
+    rate_steps: list[dict[str, Any]] = field(default_factory=list)  # a capacity search's steps
 
     def metric(self, name: str) -> float | None:
         return as_float(self.metrics.get(name))
@@ -225,6 +226,7 @@ def record_from_trial(trial: FrozenTrial, meta: StudyMeta) -> TrialRecord:
             for name, d in trial.distributions.items()
             if isinstance(d, CategoricalDistribution)
         },
+        rate_steps=[dict(s) for s in attrs.get(record.RATE_STEPS) or () if isinstance(s, Mapping)],
     )
 
 
@@ -290,6 +292,7 @@ def _merged_constraints(system: Mapping[str, float], mirrored: Any) -> dict[str,
 
 
 _LABELS = {
+    "sustained_request_rate": "sustained req/s",
     "output_throughput": "output tok/s",
     "total_throughput": "total tok/s",
     "input_throughput": "input tok/s",

@@ -272,8 +272,17 @@ def plan_memory(config: SimConfig) -> MemoryPlan:
 
     inter_ssm = inter_conv = 0.0
     if model.hybrid and spec is not None:
-        inter_ssm = (max_running + 1) * draft_tokens * ssm_one / GIB
-        inter_conv = (max_running + 1) * draft_tokens * conv_one / GIB
+        # The intermediate states are allocated for the widest draft the run may use: with
+        # adaptive steps the largest candidate + 1 (sglang 0.5.23 srt/speculative/spec_info.py
+        # resolve_max_speculative_num_draft_tokens, passed to the pool at
+        # srt/mem_cache/kv_cache_configurator.py:1718-1734), while the Mamba budget above
+        # reserves for the starting draft only (kv_cache_configurator.py:3361-3376): the excess
+        # comes out of the memory outside the pools.
+        widest = draft_tokens
+        if spec.adaptive is not None:
+            widest = max(draft_tokens, max(spec.adaptive.candidate_steps) + 1)
+        inter_ssm = (max_running + 1) * widest * ssm_one / GIB
+        inter_conv = (max_running + 1) * widest * conv_one / GIB
     kv_used_gib = tokens * kv_per_token / GIB
 
     # Outside the pools: CUDA graphs are captured first, then the first prefill needs activations.

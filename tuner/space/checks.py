@@ -10,7 +10,7 @@ from typing import Any
 from tuner.bench import WORKLOAD_KINDS, WorkloadSpec
 from tuner.engines import sglang
 from tuner.errors import UserError
-from tuner.results.goals import SLO_PATTERN, Slo
+from tuner.results.goals import SLO_PATTERN, SUSTAINED_RATE, Slo, is_capacity
 from tuner.space.derive import DeriveError, expression_names
 from tuner.space.flag_ranges import out_of_bounds
 from tuner.space.model import (
@@ -69,6 +69,8 @@ def check_space(raw: SpaceFile, default_name: str) -> SearchSpace:
     _check_workload(raw.workload)
     _check_objectives(raw.objectives)
     slos = [_slo(f"slos.{i}", item) for i, item in enumerate(raw.slos)]
+    if is_capacity(raw.objectives.throughput):
+        _check_capacity(raw.bench, slos)
     return SearchSpace(
         name=name,
         engine=raw.engine,
@@ -319,17 +321,39 @@ def _check_workload(workload: dict[str, Any]) -> None:
 
 
 def _check_objectives(objectives: Objectives) -> None:
-    if objectives.throughput not in THROUGHPUT_METRICS:
+    if objectives.throughput not in (*THROUGHPUT_METRICS, SUSTAINED_RATE):
         raise SpaceError(
             "objectives.throughput",
             f"{objectives.throughput!r} is not a throughput metric; one of "
-            f"{', '.join(THROUGHPUT_METRICS)}",
+            f"{', '.join(THROUGHPUT_METRICS)}, or {SUSTAINED_RATE} (--goal capacity)",
         )
     if objectives.latency not in LATENCY_METRICS:
         raise SpaceError(
             "objectives.latency",
             f"{objectives.latency!r} is not a latency metric; use "
             "{mean,median,p90,p95,p99}_{ttft,tpot,itl,e2e_latency}_ms, e.g. median_tpot_ms",
+        )
+
+
+def _check_capacity(bench: BenchSettings, slos: list[Slo]) -> None:
+    """The capacity objective (--goal capacity) asks at which request rate the SLOs still hold:
+    only an open loop has a rate to raise, and only a latency limit can break."""
+    what = f"the capacity objective ({SUSTAINED_RATE}, --goal capacity)"
+    if bench.request_rate is None or bench.concurrency is not None:
+        cap = f"concurrency {bench.concurrency}" if bench.concurrency is not None else "no cap"
+        rate = f"request_rate {bench.request_rate:g}" if bench.request_rate else "no request_rate"
+        now = f"{cap}, {rate}"
+        raise SpaceError(
+            "bench",
+            f"{what} needs an open-loop benchmark: set bench.request_rate (the rate the search "
+            "starts at, req/s) and bench.concurrency: null (a client-side cap would hide the "
+            f"queueing an SLO must see); this space has {now}",
+        )
+    if not any(s.op in ("<=", "<") and s.metric in LATENCY_METRICS for s in slos):
+        raise SpaceError(
+            "slos",
+            f"{what} needs a latency limit to find the rate it breaks at, e.g. "
+            "'p99_ttft_ms <= 3000'; this space has " + (", ".join(str(s) for s in slos) or "none"),
         )
 
 

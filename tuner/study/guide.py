@@ -263,6 +263,8 @@ class Guide:
                 estimator = self.estimator
                 rank = lambda params: estimator.score(self._flags(params))  # noqa: E731
             self._local.rank = rank
+            if self.estimator is not None:
+                self._local.blind = frozenset(self.space.params) - Estimator.MODELLED
             self._local.config = self.config.local_search
             return self._local.propose(trials, tried)
         feasible = [

@@ -72,6 +72,11 @@ class LocalSearchConfig:
     # every finished trial's rank on its params (0: off); from `trend_from` trials on.
     trend_weight: float = 3.0
     trend_from: int = 5
+    # Levels a move gains when the estimate that ranks the moves cannot see it: it moves a param
+    # the estimate does not read (`LocalSearch.blind`), switches one, or moves a param that one
+    # such, set in the base, depends on (draft steps under adaptive speculation). Its rank is
+    # noise, so it would otherwise wait behind every move the estimate likes.
+    blind_bonus: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,7 @@ class LocalSearch:
         self.config = config or LocalSearchConfig()
         self.rng = random.Random(seed)
         self.rank = rank  # an estimate's score of a configuration (higher is better), if any
+        self.blind: frozenset[str] = frozenset()  # params that estimate does not read
         self._trend: Trend | None = None
 
     def propose(self, trials: Sequence[FrozenTrial], tried: set[tuple[Any, ...]]) -> Params | None:
@@ -198,9 +204,22 @@ class LocalSearch:
             if self._trend is not None:
                 gain = self._trend.predict(candidate) - here
                 priority -= self.config.trend_weight * gain
+            if self.rank is not None and self._blind(move, params):
+                priority -= self.config.blind_bonus
             rank = -self.rank(candidate) if self.rank is not None else 0.0
             options.append((priority, rank, self.rng.random(), candidate))
         return options
+
+    def _blind(self, move: Move, params: Params) -> bool:
+        if not self.blind:
+            return False
+        if move.param in self.blind or any(name in self.blind for name, _v in move.switched_on):
+            return True
+        return any(
+            _child(self.space, name, move.param) and params[name] is not None
+            for name in params
+            if name in self.blind
+        )
 
     def _apply(
         self, params: Params, move: Move, scored: list[tuple[FrozenTrial, Standing]]

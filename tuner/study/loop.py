@@ -42,7 +42,7 @@ from tuner.study.guide import Guide, GuideSettings, make_guide
 from tuner.study.options import StudyOptions, StudySummary
 from tuner.study.recovery import OwnerHeartbeat, owner_tag, recover_abandoned, trial_owner
 from tuner.study.run import Run
-from tuner.study.sampler import make_sampler
+from tuner.study.sampler import grid_points_left, make_sampler
 from tuner.study.signals import deferred, stop_requested
 from tuner.study.stopping import Measure, StopDecision, Stopping, StopRule
 from tuner.study.storage import (
@@ -271,7 +271,17 @@ def run_trials(
             return None
         if finished >= total or (deadline is not None and time.monotonic() > deadline):
             return None
-        if finished + states[TrialState.RUNNING] >= total and not states[TrialState.WAITING]:
+        # A grid every point of which a trial has taken: nothing is left to ask for, but a
+        # running trial may still die and be queued again, so wait for those as below.
+        grid_done = grid_points_left(study) == 0 and not states[TrialState.WAITING]
+        if grid_done and not states[TrialState.RUNNING]:
+            message = f"every point of the grid has been tried; stopping after {finished} launched"
+            _log.warning("%s", message)
+            if on_event:
+                on_event("stopped", {"message": message})
+            return None
+        budget_taken = finished + states[TrialState.RUNNING] >= total
+        if (budget_taken or grid_done) and not states[TrialState.WAITING]:
             running = [t for t in trials if t.state == TrialState.RUNNING]
             if tuple(t.number for t in running) != waiting:
                 waiting, waiting_since = tuple(t.number for t in running), time.monotonic()
@@ -341,7 +351,11 @@ def stop_rule(options: StudyOptions) -> StopRule:
     """The stop rule a run's options ask for (`--min-gain`; 0 turns it off)."""
     rule = replace(options.stop_rule or StopRule(), min_gain=options.min_gain)
     goal = goal_named(options.goal)
-    return rule if goal is None else replace(rule, measure=cast(Measure, goal.measure))
+    if goal is None:
+        return rule
+    # The capacity search finds a rate to within its tolerance: a smaller move is chance.
+    noise = max(rule.noise, goal.noise)
+    return replace(rule, measure=cast(Measure, goal.measure), noise=noise)
 
 
 def _describe(running: list[optuna.trial.FrozenTrial]) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import optuna
@@ -32,8 +34,43 @@ def make_sampler(name: str, space: SearchSpace, seed: int | None) -> optuna.samp
             raise UserError("--sampler gp needs PyTorch: pip install torch") from None
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=8)
     if name == "grid":
-        return optuna.samplers.GridSampler(grid_search_space(space), seed=seed)
+        return AskTellGridSampler(grid_search_space(space), seed=seed)
     raise UserError(f"--sampler {name!r} is not one of {', '.join(SAMPLERS)}")
+
+
+class AskTellGridSampler(optuna.samplers.GridSampler):
+    """Optuna's grid sampler for an ask/tell loop. Optuna's own calls `study.stop()` once the
+    last grid point is told, and that raises outside `study.optimize` (which the tuner never
+    calls: tuner/study/loop.py); here the loop asks `points_left` instead and stops itself."""
+
+    def __init__(self, search_space: dict[str, list[Any]], seed: int | None = None) -> None:
+        super().__init__(search_space, seed=seed)
+        self.grid = {name: list(values) for name, values in sorted(search_space.items())}
+        self.size = math.prod(len(values) for values in self.grid.values())
+
+    def after_trial(
+        self,
+        study: optuna.Study,
+        trial: optuna.trial.FrozenTrial,
+        state: optuna.trial.TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        """Nothing: GridSampler's only work here is the `study.stop()` that ask/tell refuses."""
+
+    def points_left(self, study: optuna.Study) -> int:
+        """Grid points no trial of this grid has taken yet (finished, running or failed)."""
+        taken = {
+            t.system_attrs["grid_id"]
+            for t in study.get_trials(deepcopy=False)
+            if "grid_id" in t.system_attrs and t.system_attrs.get("search_space") == self.grid
+        }
+        return self.size - len(taken)
+
+
+def grid_points_left(study: optuna.Study) -> int | None:
+    """How many grid points the study has not taken yet; None when it samples no grid."""
+    sampler = study.sampler
+    return sampler.points_left(study) if isinstance(sampler, AskTellGridSampler) else None
 
 
 def grid_search_space(space: SearchSpace, points: int = 4) -> dict[str, list[Any]]:

@@ -1,4 +1,8 @@
-"""How a trial is served: launch the server, benchmark it over HTTP by stages, stop it."""
+"""How a trial is served: launch the server, benchmark it over HTTP by stages, stop it.
+
+A capacity study (tuner/results/goals.py) benchmarks by rate steps instead
+(tuner/trial/capacity.py); the stage hook then hears about each step.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from tuner.bench import BenchConfig, WorkloadSpec, run_bench
+from tuner.bench import BenchConfig, BenchResult, WorkloadSpec, run_bench
 from tuner.engines import sglang as engine
 from tuner.launcher import LaunchSpec, LaunchTarget, RunningServer, launch
+from tuner.results.goals import is_capacity
 from tuner.space.model import SearchSpace
+from tuner.trial.capacity import CapacityResult, RatePlan, search_capacity
 
 StageHook = Callable[[int, dict[str, Any]], bool]  # (stage, summary so far) -> go on?
 
@@ -30,6 +36,7 @@ class Measurement:
     died: bool  # the server exited (or stopped answering) during the benchmark
     launch_s: float
     died_cause: str | None = None  # the exception its log ends with, when it died
+    rate_steps: tuple[dict[str, Any], ...] = ()  # a capacity search's steps (RateStep.to_dict)
 
 
 class Measurer(Protocol):
@@ -84,8 +91,12 @@ class LaunchAndMeasure:
                 api_key=target.api_key,
                 request_timeout_s=bench.timeout_s,
             )
+            result: BenchResult | CapacityResult
             try:
-                result = run_bench(config, on_stage=hook)
+                if is_capacity(self.space.objectives.throughput):
+                    result = self._search(config, server, on_stage)
+                else:
+                    result = run_bench(config, on_stage=hook)
             except Exception as exc:  # unreachable, or the server broke the protocol / died
                 died = not server.alive()
                 return Measurement(
@@ -108,7 +119,27 @@ class LaunchAndMeasure:
                 died=died,
                 launch_s=server.launch_s,
                 died_cause=_died_cause(server) if died else None,
+                rate_steps=_rate_steps(result),
             )
+
+    def _search(
+        self, config: BenchConfig, server: RunningServer, on_stage: StageHook
+    ) -> CapacityResult:
+        """The capacity search on the running server; each step goes to the stage hook."""
+        start = self.space.bench.request_rate
+        assert start is not None  # the space checks: capacity needs an open loop
+        return search_capacity(
+            config,
+            self.space.slos,
+            RatePlan(start=float(start)),
+            alive=server.alive,
+            on_step=lambda index, step: on_stage(index, step.to_dict()),
+        )
+
+
+def _rate_steps(result: BenchResult | CapacityResult) -> tuple[dict[str, Any], ...]:
+    steps = result.steps if isinstance(result, CapacityResult) else []
+    return tuple(step.to_dict() for step in steps)
 
 
 def _died_cause(server: RunningServer) -> str | None:

@@ -27,6 +27,7 @@ from tuner.engines import sglang as engine
 from tuner.launcher import LaunchError
 from tuner.predict.memory import ModelMemory, estimate_memory
 from tuner.results import record
+from tuner.results.goals import SUSTAINED_RATE, is_capacity
 from tuner.space.model import SearchSpace, suggest_flags, suggest_queued
 from tuner.trial.crash_model import CrashModel, LaunchObservation
 from tuner.trial.identical import default_already_taken, reuse_finished_identical
@@ -206,6 +207,11 @@ class TrialObjective:
             },
         )
         constraints = {"launch": 0.0, **self._slo_constraints(summary)}
+        if result.rate_steps:
+            trial.set_user_attr(record.RATE_STEPS, list(result.rate_steps))
+        if is_capacity(space.objectives.throughput):
+            # No rate met every SLO: nothing this configuration can be recommended for.
+            constraints["capacity"] = 0.0 if summary.get(SUSTAINED_RATE) else 1.0
         completed = int(summary.get("completed", 0) or 0)
         if died or completed == 0:
             trial.set_user_attr(record.OUTCOME, record.OUTCOME_BENCH_FAILED)
@@ -300,6 +306,8 @@ class TrialObjective:
 
     def _stage_hook(self, trial: optuna.Trial) -> StageHook:
         """After each benchmark stage: record it, and say whether to go on (the pruner)."""
+        if is_capacity(self.space.objectives.throughput):
+            return self._rate_step_hook(trial)
         n_stages = int(self.space.bench.stages)
         stages: list[dict[str, Any]] = []
 
@@ -331,6 +339,19 @@ class TrialObjective:
             return True
 
         return on_stage
+
+    def _rate_step_hook(self, trial: optuna.Trial) -> StageHook:
+        """A capacity search's steps (tuner/trial/capacity.py): recorded as they end, so that an
+        interrupted trial keeps them; the search decides its own steps, never the pruner."""
+        steps: list[dict[str, Any]] = []
+
+        def on_step(index: int, step: dict[str, Any]) -> bool:
+            steps.append(dict(step))
+            trial.set_user_attr(record.RATE_STEPS, steps)
+            self._emit("rate_step", number=trial.number, step=index, **step)
+            return True
+
+        return on_step
 
     def _slo_constraints(self, summary: dict[str, Any]) -> dict[str, float]:
         out = {}

@@ -16,6 +16,7 @@ client's host runs. A hold lapses after ``timeout_s`` wall seconds (a client tha
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -49,10 +50,16 @@ class Holds:
         self.open: dict[str, Hold] = {}
         self.wait_s = 0.0  # wall seconds spent waiting for clients at holds
         self.timeouts = 0
+        # Prefixes released as a whole: a client ends a run that way. A request of that run
+        # finishing afterwards (its client had cut it off, and the simulator had not noticed
+        # yet) must not hold time for a client that is gone, or the next run waits timeout_s.
+        self.ended: deque[str] = deque(maxlen=64)
 
     def hold(self, key: str, count: int = 1, t: float | None = None) -> float:
         """Keep modelled time at ``t`` (now) until ``count`` requests claim ``key``."""
         t = self.clock.now() if t is None else t
+        if any(key.startswith(prefix) for prefix in self.ended):
+            return t
         self.open[key] = Hold(t, max(1, count), time.monotonic() + self.timeout_s)
         if self.clock.cap is None or self.clock.cap > t:
             self.clock.cap = t  # idle: modelled time stops here until the hold is resolved
@@ -74,7 +81,10 @@ class Holds:
         return hold.t
 
     def release(self, keys: list[str] | None = None, prefix: str | None = None) -> int:
-        """Drop the holds named in ``keys`` or starting with ``prefix``; how many went."""
+        """Drop the holds named in ``keys`` or starting with ``prefix``; how many went. Holds
+        under a released prefix are not made any more (``ended``)."""
+        if prefix is not None:
+            self.ended.append(prefix)
         gone = [
             k
             for k in self.open
