@@ -12,7 +12,8 @@ runs) so that docs/seed-case-study.md can say what the truth is, next to what th
   sglang 0.5.23's adaptive speculation (`--speculative-adaptive`) starting at 1, 3 or 5 steps
   (the candidates of its default configuration, as the space offers it);
 - HiCache off, or on with host pools of 2x, 4x and 8x the GPU pool;
-- `mem_fraction_static` 0.85, 0.90 and 0.95 (adaptive from 1 step launches only at 0.85), Mamba `extra_buffer`, `chunked_prefill_size` 4096;
+- `mem_fraction_static` 0.85, 0.90 and 0.95 (adaptive from 1 step launches only at 0.85),
+  Mamba `extra_buffer`, `chunked_prefill_size` 4096;
 - the running cap left to sglang (None) or set to the 16 clients.
 
 The oracle's results are kept between runs (`oracle_measurer.default_store()`, outside the
