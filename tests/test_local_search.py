@@ -231,3 +231,36 @@ def test_moves_the_estimate_cannot_see_come_before_those_it_ranks():
     assert first is not None and first.get("speculative_adaptive") is True
     search.blind = frozenset()
     assert search.propose(trials, tried).get("speculative_adaptive") is None
+
+
+class _RefutedEstimate:
+    """An estimate the test forbids the local search to use."""
+
+    def fit(self, observations):
+        raise AssertionError("the estimate was refitted while no trial met the SLOs")
+
+    def score(self, flags):
+        raise AssertionError("the estimate ranked a move while no trial met the SLOs")
+
+
+def test_while_no_trial_meets_the_slos_the_estimate_does_not_rank_the_moves(space):
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={"mem_fraction_static": 0.87},
+            distributions={
+                "mem_fraction_static": optuna.distributions.FloatDistribution(0.7, 0.95, step=0.01)
+            },
+            values=[300.0, 10.0],
+            user_attrs={
+                record.OUTCOME: record.OUTCOME_OK,
+                record.METRICS: {"output_throughput": 300.0},
+                record.CONSTRAINTS: {"launch": 0.0, "slo:p99_ttft_ms": 0.4},
+            },
+            system_attrs={"constraints": [0.0, 0.4]},
+        )
+    )
+    guide = Guide(space, _RefutedEstimate(), GuideConfig(polish_from=1), seed=0)  # type: ignore[arg-type]
+    trials = study.get_trials(deepcopy=False)
+    proposal = guide._polish(trials, {key(t.params) for t in trials})
+    assert proposal is not None

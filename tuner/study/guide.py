@@ -64,6 +64,8 @@ class GuideConfig:
     # (the largest memory fraction, a cap at the client count), and a uniform draw seldom does.
     ends: float = 0.3
     climbs: int = 4  # the best candidates, each then hill-climbed on the estimate
+    # The local search ignores the estimate while no trial meets the SLOs (see `_polish`).
+    unranked_until_feasible: bool = True
 
 
 class Guide:
@@ -265,7 +267,13 @@ class Guide:
     ) -> dict[str, Any] | None:
         if self.config.local:
             rank = None
-            if self.estimator is not None:
+            # While no measured trial meets the SLOs, the estimate's picks have all missed them:
+            # its SLO model is refuted here, so the moves go in the model-free order.
+            refuted = self.config.unranked_until_feasible and not any(
+                t.state == TrialState.COMPLETE and t.values and record.feasible(t.constraints)
+                for t in trials
+            )
+            if self.estimator is not None and not refuted:
                 self._refit(trials)
                 estimator = self.estimator
                 rank = lambda params: estimator.score(self._flags(params))  # noqa: E731
