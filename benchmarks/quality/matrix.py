@@ -156,7 +156,12 @@ def run_matrix(opts: Options) -> dict[str, Any]:
     with ProcessPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
         futures = {pool.submit(run_cell, w, s, opts): (w, s) for w, s in jobs if (w, s) not in done}
         for future in as_completed(futures):
-            cell = future.result()
+            try:
+                cell = future.result()
+            except SystemExit as exc:  # a cell the truth code cannot judge: say so, go on
+                world, space_name = futures[future]
+                print(f"{world:16s} {space_name:10s} not judged: {exc}", flush=True)
+                continue
             cells.append(cell)
             print(
                 f"{cell.world:16s} {cell.space:10s} optimum {cell.best_throughput:6.1f} tok/s, "

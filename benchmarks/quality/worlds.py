@@ -13,8 +13,9 @@ so every variant is validated by the loader like a file a user wrote:
     seed-3s     the seed space as shipped (p99 TTFT <= 3 s)
     seed-10s    the same at p99 TTFT <= 10 s, where deeper speculation can pay
     tpot-8b     Qwen3-8B on one H200 (search_spaces/qwen3-8b-h200.yaml), 64 clients, p99 TTFT
-                <= 5 s and p99 TPOT <= 11 ms: the optimum runs fewer requests than there are
-                clients, and the memory fraction is not what limits it
+                <= 7 s and p99 TPOT <= 11 ms: the optimum runs fewer requests than there are
+                clients, and the memory fraction is not what limits it (its feasible caps lie
+                inside the range: judge it with --dense-points 3 or more)
     open-loop   Poisson arrivals at 1.5 requests/s (sglang's defaults serve about 1 a second
                 here), no client count, p99 TTFT <= 10 s: the running cap is bounded by
                 `high: capacity` (resolved as `tuner optimize` does,
@@ -68,7 +69,7 @@ def _tpot_8b(data: dict[str, Any]) -> dict[str, Any]:
     # once breaks the TPOT limit and running few breaks the TTFT one (the rest queue), so the
     # best cap sits inside the range; an 8B model leaves the H200 so much KV room that the
     # memory fraction is no longer the lever it is for the 27B model.
-    return {"slos": ["p99_ttft_ms <= 5000", "p99_tpot_ms <= 11"]}
+    return {"slos": ["p99_ttft_ms <= 7000", "p99_tpot_ms <= 11"]}
 
 
 SPACES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
