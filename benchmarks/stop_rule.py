@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     space = load_space(a.space or default_space_path())
     oracle = Oracle(space, OracleCache(space))
-    noise = NoiseModel(0.02, 0.02, 0.05)  # tuner_quality's default noise
+    noise = NoiseModel()  # tuner_quality's default noise
     by_name = {m.name: m for m in METHODS}
     results: dict[str, list[dict[str, Any]]] = {}
     for full_name, stop_name in PAIRS:

@@ -61,7 +61,7 @@ def test_the_default_beats_random_search_at_40_trials():
     quiet_optuna()
     space = load_space(default_space_path())  # judged as shipped (headless oracle)
     oracle = Oracle(space, OracleCache(space))
-    noise = NoiseModel(0.02, 0.02, 0.05)
+    noise = NoiseModel()
     # The optimum: the best configuration the full benchmark found (README), united below
     # with everything the studies launched; a dense grid would take minutes of oracle runs.
     oracle.of_params(BEST_KNOWN)
@@ -124,7 +124,7 @@ def test_the_default_in_a_world_it_has_not_seen(world):
              "mem_fraction_static": mem}
         )  # fmt: skip
     default = next(m for m in METHODS if m.name == "default")
-    run = run_study(default, 0, BUDGET, space, oracle, NoiseModel(0.02, 0.02, 0.05))
+    run = run_study(default, 0, BUDGET, space, oracle, NoiseModel())
     curve = best_so_far(run, summarize_optimum(oracle, 0.0))
     assert curve[:BUDGET][-1] >= at_40, (world, curve)
     assert curve[:EARLY][-1] >= at_20, (world, curve)

@@ -84,6 +84,8 @@ class Guide:
         self._seen: dict[tuple[Any, ...], dict[str, Any]] = {}  # configurations the climbs scored
         self._fitted_on = -1
         self._local = LocalSearch(space, seed=seed)
+        if estimator is not None:  # what the estimate cannot rank, measured early
+            self._local.blind = frozenset(space.params) - Estimator.MODELLED
 
     # -- the hook --------------------------------------------------------------------------
 
@@ -153,7 +155,6 @@ class Guide:
         if not feasible:
             return None
         best = max(feasible, key=lambda t: t.values[0])
-        self._local.blind = frozenset(self.space.params) - Estimator.MODELLED
         unseen = self._local.blind_move(best, _tried(trials))
         if unseen is not None:
             why = (
@@ -278,8 +279,6 @@ class Guide:
                 estimator = self.estimator
                 rank = lambda params: estimator.score(self._flags(params))  # noqa: E731
             self._local.rank = rank
-            if self.estimator is not None:
-                self._local.blind = frozenset(self.space.params) - Estimator.MODELLED
             self._local.config = self.config.local_search
             return self._local.propose(trials, tried)
         feasible = [
