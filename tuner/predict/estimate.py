@@ -42,14 +42,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tuner.engines.model_config import ModelMemory
 from tuner.predict.gpu_specs import GpuSpec
 from tuner.predict.memory import estimate_memory
+from tuner.predict.open_loop import OpenLoopLoad, sustained_rate
 from tuner.predict.priors import PRIORS, accept_length, accept_prior, fit_acceptance
 from tuner.predict.workload_shape import WorkloadShape
+from tuner.results.goals import is_capacity
 from tuner.space.model import SearchSpace
 
 GB = 1e9
@@ -63,6 +65,7 @@ UNKNOWN_DRAFT_SHARE = 1 / 40
 # The grids `fit` searches, geometric, around the spec sheet's figures (x 1 = the spec).
 _FRACTIONS = tuple(0.15 * 1.12**i for i in range(26))  # 0.15 .. 2.5
 _OVERHEADS_S = (0.0, *(0.0002 * 1.5**i for i in range(10)))  # 0, 0.2 ms .. 7.7 ms
+_QUANTILES = {"median": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,9 @@ class Prediction:
     burst_ttft_ms: float = 0.0  # the last of the clients' opening burst to get a first token
     hit_rate: float = 0.0  # share of prompt tokens served from the prefix cache
     burst_share: float = 0.0  # share of the benchmark's requests in the opening burst
+    # What one request costs an open loop (Poisson arrivals, no client count): its running
+    # slots, prefill and decode (tuner/predict/open_loop.py); None when it does not fit.
+    load: OpenLoopLoad | None = field(default=None, compare=False)
 
     def ttft_at(self, quantile: float) -> float:
         """TTFT at a quantile: the waiting requests' when more than 1 - quantile of them wait;
@@ -121,6 +127,9 @@ class Observation:
     accept_length: float | None
     params: Mapping[str, Any] | None = None  # the trial's sampled params (categoricals learned)
     metrics: Mapping[str, Any] | None = None  # the benchmark summary (SLO metrics learned)
+    # A capacity study's figure: the highest request rate every SLO held at; `tpot_ms` is
+    # then the step's at that rate (tuner/trial/capacity.py).
+    sustained_rate: float | None = None
 
 
 class Estimator:
@@ -173,6 +182,8 @@ class Estimator:
         # Learned per SLO metric: measured / predicted (TTFT tails depend on arrival bursts and
         # prefill queueing the formulas only bound).
         self.slo_scale: dict[str, float] = {}
+        # A capacity study (--goal capacity) ranks by the open loop's sustained request rate.
+        self.capacity = is_capacity(space.objectives.throughput)
 
     # -- prediction ---------------------------------------------------------------------------
 
@@ -216,6 +227,8 @@ class Estimator:
             if hicache:  # sglang's default host pool: 2 x the device pool (--hicache-ratio)
                 capacity *= 1.0 + float(flags.get("hicache_ratio") or 2.0)
             kept = min(1.0, capacity / max(shape.working_set, 1.0)) * reuse
+            if self.capacity:
+                kept *= self._states_kept(flags, memory.state_slots, memory.max_running_requests)
             hit_tokens = min(shape.shareable * kept, shape.prompt)
             if self.model.hybrid and flags.get("mamba_radix_cache_strategy") == "no_buffer":
                 # The recurrent state is kept only where a request ended, so a prefix shared
@@ -240,16 +253,32 @@ class Estimator:
 
         if flags.get("disable_overlap_schedule"):
             overhead *= 2  # the scheduler's work is no longer hidden behind the GPU's
-        kv_read = running * context * (self.model.kv_bytes_per_token)
-        step_bytes = weights + kv_read
-        step_flops = running * draft * 2 * self.params
-        step_s = max(step_bytes / bw, step_flops / peak) + overhead
+        kv_per_request = context * self.model.kv_bytes_per_token
+        draft_s = 0.0
         if spec:
             draft_bytes = self.model.draft_bytes or weights * UNKNOWN_DRAFT_SHARE
             # sglang captures the draft's steps in one CUDA graph: one fixed cost for them all.
-            step_s += steps * draft_bytes / bw + overhead
+            draft_s = steps * draft_bytes / bw + overhead
+
+        def step_at(batch: float) -> float:
+            """One decode step with `batch` requests running (the draft's part is fixed)."""
+            flops = batch * draft * 2 * self.params
+            return max((weights + batch * kv_per_request) / bw, flops / peak) + overhead + draft_s
+
+        step_s = step_at(running)
         decode_s = shape.output / accepted * step_s
         cycle = running * prefill_s + decode_s
+        # An open loop is bounded by the running slots sglang sets, not by a client count.
+        slots = memory.max_running_requests or running
+        if cap:
+            slots = min(slots, int(cap))
+        slots = max(1, min(slots, int(memory.kv_tokens // max(context, 1)) or 1))
+        load = OpenLoopLoad(
+            slots=slots,
+            prefill_s=prefill_s,
+            base_s=prefill_s + step_at(slots),
+            decode_s=lambda batch: shape.output / accepted * step_at(batch),
+        )
         throughput = running * shape.output / cycle
         tpot_ms = 1000 * cycle / shape.output
         waiting = max(self.clients - running, 0)
@@ -265,8 +294,27 @@ class Estimator:
         return Prediction(
             True, throughput, tpot_ms, ttft_ms, running, accepted, queued_ms,
             waiting / self.clients, burst_ms, hit_tokens / max(shape.prompt, 1.0),
-            min(1.0, running / max(shape.requests, 1)),
+            min(1.0, running / max(shape.requests, 1)), load,
         )  # fmt: skip
+
+    def _states_kept(self, flags: Mapping[str, Any], slots: int, running: int) -> float:
+        """The share of the working set a hybrid model's prefix cache can resume from.
+
+        A cached prefix of a Mamba-style model is usable only where a recurrent state was saved
+        with it, and those states live in the state pool's slots that running requests do not
+        hold; with `extra_buffer` sglang saves one every `--mamba-track-interval` tokens (256;
+        schedule_batch.py tracks `seq_lens % mamba_track_interval`). An open loop at its
+        capacity keeps every running slot busy, so the rest is what the cache holds. Applied
+        to capacity studies, where it was measured to decide the ranking; closed-loop studies
+        keep the model their quality figures were measured with."""
+        if not self.model.hybrid or not slots:
+            return 1.0
+        if flags.get("mamba_radix_cache_strategy") == "no_buffer":
+            return 1.0  # one state per finished request: limited by request ends already
+        interval = int(flags.get("mamba_track_interval") or 256)
+        needed = self.shape.working_set / max(interval, 1)
+        spare = max(slots - running, 0)
+        return min(1.0, spare / max(needed, 1.0))
 
     def _burst_tokens(
         self, flags: Mapping[str, Any], running: int, kept: float, chunk: float
@@ -306,15 +354,41 @@ class Estimator:
         out.append(("beyond_cuda_graphs", repr(prediction.running > graph_bs)))
         return out
 
+    def sustained_rate(self, prediction: Prediction) -> float:
+        """The open loop's capacity: the highest request rate (req/s) at which each TTFT SLO
+        of the space holds (tuner/predict/open_loop.py); without one, the rate a full server
+        completes requests at."""
+        if not prediction.fits or prediction.load is None:
+            return 0.0
+        rate = math.inf
+        for slo in self.space.slos:
+            stat, _, quantity = slo.metric.partition("_")
+            if quantity == "ttft_ms" and slo.op in ("<=", "<") and stat in _QUANTILES:
+                found = sustained_rate(prediction.load, slo.limit / 1000, _QUANTILES[stat])
+                rate = min(rate, found)
+        if math.isinf(rate):
+            return prediction.throughput / max(self.shape.output, 1.0)
+        return rate
+
+    def tpot_at_rate(self, prediction: Prediction, rate: float) -> float:
+        """TPOT (ms) of an open loop at `rate` req/s: its decode at the batch that rate keeps
+        running, stretched by the prefills in between."""
+        if prediction.load is None:
+            return math.inf
+        _rho, _running, e2e = prediction.load.latencies(rate)
+        return 1000 * (e2e - prediction.load.base_s) / max(self.shape.output, 1.0)
+
     def score(self, flags: Mapping[str, Any]) -> float:
         """Predicted throughput within the space's SLOs (TTFT and TPOT limits), else a penalty
-        that grows with the predicted violation."""
+        that grows with the predicted violation; in a capacity study the sustained rate."""
         prediction = self.predict(flags)
         if not prediction.fits:
             return -1.0
         correction = math.exp(
             sum(self.corrections.get(key, 0.0) for key in self._features(flags, prediction))
         )
+        if self.capacity:
+            return self.sustained_rate(prediction) * correction
         for slo in self.space.slos:
             stat, _, quantity = slo.metric.partition("_")
             quantile = {"p90": 0.9, "p95": 0.95, "p99": 0.99}.get(stat, 0.5)
@@ -342,7 +416,10 @@ class Estimator:
     def fit(self, observations: Sequence[Observation]) -> None:
         """Fit the unknowns to what was measured: log-error least squares, one coordinate at a
         time over geometric grids around the spec sheet's figures."""
-        plain = [o for o in observations if o.throughput > 0]
+        if self.capacity:
+            plain = [o for o in observations if (o.sustained_rate or 0.0) > 0]
+        else:
+            plain = [o for o in observations if o.throughput > 0]
         if not plain:
             return
         cal = self._fit_acceptance(plain, self.calibration)
@@ -376,9 +453,15 @@ class Estimator:
             pred = self.predict(o.flags)
             if not pred.fits:
                 continue
-            error += math.log(pred.throughput / o.throughput) ** 2
-            if math.isfinite(o.tpot_ms) and o.tpot_ms > 0:
-                error += 0.5 * math.log(pred.tpot_ms / o.tpot_ms) ** 2
+            tpot_ms = pred.tpot_ms
+            if self.capacity and o.sustained_rate:
+                rate = self.sustained_rate(pred)
+                error += math.log(max(rate, 1e-9) / o.sustained_rate) ** 2
+                tpot_ms = self.tpot_at_rate(pred, o.sustained_rate)
+            else:
+                error += math.log(pred.throughput / o.throughput) ** 2
+            if math.isfinite(o.tpot_ms) and o.tpot_ms > 0 and math.isfinite(tpot_ms):
+                error += 0.5 * math.log(tpot_ms / o.tpot_ms) ** 2
         return error
 
     def _fit_acceptance(self, observations: Sequence[Observation], cal: Calibration) -> Calibration:
@@ -420,6 +503,8 @@ class Estimator:
     def _learn_slo_scale(self, observations: Sequence[Observation]) -> None:
         """Median of measured / predicted for each latency SLO metric, from 2 trials on."""
         self.slo_scale = {}
+        if self.capacity:  # the sustained rate is where the SLO is met: nothing to scale
+            return
         for slo in self.space.slos:
             stat, _, quantity = slo.metric.partition("_")
             quantile = {"p90": 0.9, "p95": 0.95, "p99": 0.99}.get(stat, 0.5)
@@ -445,9 +530,12 @@ class Estimator:
         residuals: list[tuple[list[tuple[str, str]], float]] = []
         for o in observations:
             pred = self.predict(o.flags)
-            if pred.fits and pred.throughput > 0:
+            measured, predicted = o.throughput, pred.throughput
+            if self.capacity:
+                measured, predicted = o.sustained_rate or 0.0, self.sustained_rate(pred)
+            if pred.fits and predicted > 0 and measured > 0:
                 features = self._features(o.params or o.flags, pred, o.flags)
-                residuals.append((features, math.log(o.throughput / pred.throughput)))
+                residuals.append((features, math.log(measured / predicted)))
         self.corrections = {}
         if len(residuals) < 3:
             return

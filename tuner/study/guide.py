@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from tuner.host import HostFacts
 from tuner.predict.estimate import Estimator, Observation
 from tuner.predict.gpu_specs import gpu_spec, known_gpus
 from tuner.results import record
+from tuner.results.goals import SUSTAINED_RATE, as_float
 from tuner.space.model import ParamSpec, SearchSpace, active_values, same_value
 from tuner.study.budget import measured_count
 from tuner.study.local_search import LocalSearch, LocalSearchConfig
@@ -111,7 +112,7 @@ class Guide:
         )
         if self.estimator is not None and (warm or later):
             self._refit(trials)
-            params = self._best_candidate(tried)
+            params = self._best_candidate(tried, [t.params for t in trials])
             if params is not None:
                 self._enqueue(study, params, "estimate")
             return
@@ -199,6 +200,7 @@ class Guide:
                     accept_length=metrics.get("accept_length") or None,
                     params=dict(t.params),
                     metrics=metrics,
+                    sustained_rate=as_float(metrics.get(SUSTAINED_RATE)),
                 )
             )
         self.estimator.fit(observations)
@@ -210,7 +212,9 @@ class Guide:
             **complete_flags(self.space, params),
         }
 
-    def _best_candidate(self, tried: set[tuple[Any, ...]]) -> dict[str, Any] | None:
+    def _best_candidate(
+        self, tried: set[tuple[Any, ...]], measured: Sequence[Mapping[str, Any]] = ()
+    ) -> dict[str, Any] | None:
         assert self.estimator is not None
         if self._candidates is None:
             self._candidates = [
@@ -242,6 +246,11 @@ class Guide:
                 self._climb(start, score)
         # Earlier picks' climbs stay candidates: the refitted estimate may rank them first now.
         untried = [params for key, params in self._seen.items() if key not in tried]
+        if estimator.capacity and measured:
+            # Caps above the slots sglang settles on change nothing the estimate sees: a pick
+            # it scores exactly as a measured trial would teach it nothing new.
+            known = {round(score(dict(p)), 9) for p in measured}
+            untried = [p for p in untried if round(score(p), 9) not in known] or untried
         return max(untried, key=score) if untried else None
 
     def _climb(

@@ -29,7 +29,8 @@ best trial's moves come next (a restart).
 
 A trial over a TTFT SLO of a closed loop that ran fewer requests at once than there are clients
 (its measured capacity) moves first towards more running slots (a larger memory fraction, a
-higher cap): queueing for a slot is what such a tail waits on.
+higher cap): queueing for a slot is what such a tail waits on. So does a trial of a capacity
+study whose rate search broke on a TTFT SLO.
 
 Without any estimate it uses what the study measured and nothing else, so it works the same for
 a GPU missing from the spec table; with one (`rank`), moves of one level are ordered by it.
@@ -47,6 +48,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.results import record
+from tuner.results.goals import is_capacity
 from tuner.space.model import ParamSpec, SearchSpace, active_values, same_value
 
 Params = dict[str, Any]
@@ -478,7 +480,13 @@ _SLOT_FLAGS = ("mem_fraction_static", "max_running_requests")
 
 def _queued(space: SearchSpace, t: FrozenTrial) -> bool:
     """A closed-loop trial over a TTFT SLO whose server ran fewer requests at once than the
-    benchmark has clients: the others queued, and a TTFT tail is mostly that wait."""
+    benchmark has clients: the others queued, and a TTFT tail is mostly that wait. In a
+    capacity study, a trial whose rate search broke on a TTFT SLO: an open loop's tail is the
+    wait for a running slot (and for prefills a larger prefix cache would spare) when arrivals
+    bunch, so more memory and a higher cap come first (benchmarks/capacity_check.py)."""
+    if is_capacity(space.objectives.throughput):
+        steps = t.user_attrs.get(record.RATE_STEPS) or []
+        return any(not s.get("met") and "ttft" in str(s.get("broke") or "") for s in steps)
     clients = space.bench.concurrency
     if clients is None or space.bench.request_rate is not None:
         return False
