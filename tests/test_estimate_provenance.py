@@ -18,7 +18,13 @@ ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ROOT / "tuner" / "sim" / "profiles"
 ESTIMATE_MODULES = [
     ROOT / "tuner" / "predict" / name
-    for name in ("estimate.py", "priors.py", "workload_shape.py", "capacity_bound.py")
+    for name in (
+        "estimate.py",
+        "priors.py",
+        "workload_shape.py",
+        "capacity_bound.py",
+        "open_loop.py",
+    )
 ]
 
 # Public facts a profile repeats: spec sheets and config.json. Anything else is the simulator's.
