@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import optuna
@@ -10,7 +11,7 @@ import pytest
 
 from tuner.engines.model_config import ModelMemory
 from tuner.predict.estimate import Calibration, Estimator, Observation
-from tuner.predict.gpu_specs import gpu_spec
+from tuner.predict.gpu_specs import gpu_spec, provisional_spec
 from tuner.predict.memory import estimate_memory
 from tuner.results import record
 from tuner.results.record import GUIDED_BY
@@ -96,6 +97,32 @@ def test_the_estimate_refits_bandwidth_to_measurements():
     est = _estimator(bandwidth_fraction=0.9)
     est.fit(observations)
     assert est.calibration.bandwidth_fraction == pytest.approx(0.4, rel=0.07)  # grid step 12%
+
+
+@pytest.mark.parametrize("truth_gpu", ["NVIDIA L40S", "NVIDIA B200"])
+def test_a_gpu_the_table_lacks_is_learnt_from_its_trials(truth_gpu):
+    """A provisional row (the table's means) refitted to two measured trials predicts the
+    other configurations as the GPU's own spec row would: the widened grid reaches both ends
+    of the table."""
+    space = load_space("qwen3-8b-h200")
+    real = gpu_spec(truth_gpu)
+    assert real is not None
+    truth = Estimator(space, MODEL, real, real.memory_gb)
+    unknown = provisional_spec("NVIDIA Engineering Sample", real.memory_gb)
+    assert unknown.provisional and unknown.bandwidth_gb_s != real.bandwidth_gb_s
+    est = Estimator(space, MODEL, unknown, real.memory_gb)
+    measured = [{"max_running_requests": cap} for cap in (64, 2)]
+    observations = [
+        Observation(f, p.throughput, p.tpot_ms, p.running, None)
+        for f in measured
+        for p in [truth.predict(f)]
+    ]
+    off = est.predict(measured[0]).throughput / observations[0].throughput
+    assert abs(math.log(off)) > math.log(1.5)  # the means alone are far off
+    est.fit(observations)
+    for cap in (8, 24):
+        want = truth.predict({"max_running_requests": cap}).throughput
+        assert est.predict({"max_running_requests": cap}).throughput == pytest.approx(want, rel=0.1)
 
 
 def test_neighbours_move_one_param_one_step():

@@ -219,3 +219,16 @@ def test_on_a_gpu_host_nvml_names_the_gpu_and_proc_meminfo_the_host_ram(tmp_path
     meminfo.write_text("MemTotal:       263856524 kB\nMemAvailable:   250000000 kB\n")
     assert meminfo_available_gb(meminfo) == pytest.approx(256.0)
     assert read_host(gpu).source == "/proc/meminfo MemAvailable on this host"
+
+
+def test_a_gpu_the_spec_table_lacks_gets_its_memory_from_nvml(monkeypatch):
+    class Unknown(_FakeNvml):
+        @staticmethod
+        def nvmlDeviceGetName(_handle: int) -> bytes:
+            return b"NVIDIA Engineering Sample 9000"
+
+    monkeypatch.setitem(sys.modules, "pynvml", Unknown)
+    gpu = read_gpu(None)
+    assert gpu.spec.provisional and gpu.spec.name == "NVIDIA Engineering Sample 9000"
+    assert gpu.memory_gb == pytest.approx(85.52, abs=0.01)
+    assert "not in the spec table" in gpu.source

@@ -49,7 +49,7 @@ MATRIX_WORLDS = (
 STRUCTURAL = {
     "decay": "acceptance decays x0.85 per draft position; the estimate's chain is flat",
     "hicache-slow": "HiCache transfers 4x slower than the spec table's host link",
-    "unknown-gpu": "no estimate at all: the GPU is not in the spec table (model-free)",
+    "unknown-gpu": "a GPU the spec table lacks: the estimate starts at the table's means",
 }
 
 

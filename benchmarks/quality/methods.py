@@ -25,7 +25,7 @@ class Method:
     wrong_estimate: bool = False  # bandwidth x0.6, acceptance x0.7, prefix cache ignored
     needs_torch: bool = False  # GPSampler: run only when asked for (--methods), with PyTorch
     min_gain: float = 0.0  # the stop rule (tuner/study/stopping.py); 0: the whole budget
-    estimate: bool = True  # False: the GPU is not in the spec table, so no estimate at all
+    estimate: bool = True  # False: no estimate at all (no warm start; the local search alone)
     variant: bool = False  # a variant compared in one measurement: run only when named
     guide: tuple[tuple[str, Any], ...] = ()  # GuideConfig fields changed (variants compared)
 
@@ -85,7 +85,7 @@ METHODS = (
     Method("random", "random search", "random", False, False),
     Method(
         "model-free",
-        "default with no estimate (GPU not in the spec table): TPE + local search",
+        "default with no estimate at all: TPE + local search from trial 1",
         "tpe",
         True,
         True,

@@ -89,12 +89,11 @@ def run_study(
         engine="sim",
         seed=seed,
         prune=method.prune,
-        warm_start=method.warm_start,
+        # No estimate at all (model-free): the local search from trial 1, as `--no-warm-start`.
+        warm_start=method.warm_start and method.estimate,
         polish=method.polish,
     )
     host = host_facts(space)
-    if not method.estimate:
-        host = replace(host, gpu_name="a GPU not in the spec table")
     model_memory, gpu_gb = (host.model, host.gpu_memory_gb) if method.feasibility else (None, None)
     objective = TrialObjective(
         ObjectiveConfig(

@@ -29,7 +29,7 @@ from tuner.engines.model_config import (
 from tuner.engines.sglang import CANONICAL_VERSION, load_snapshot
 from tuner.errors import UserError
 from tuner.host import installed_sglang, nvml_gpu
-from tuner.predict.gpu_specs import GpuSpec, gpu_spec, known_gpus
+from tuner.predict.gpu_specs import GpuSpec, gpu_spec, known_gpus, provisional_spec
 
 GB = 1e9
 HOST_RAM_RESERVE_GB = 10.0  # sglang refuses a host pool above free RAM less 10 GB
@@ -117,9 +117,14 @@ def read_gpu(name: str | None) -> GpuFacts:
         device, memory_gb = found
         spec = gpu_spec(device)
         if spec is None:
-            raise UserError(
-                f"GPU {device!r} (NVML) is not in the spec table (tuner/predict/gpu_specs.py); "
-                f"give the closest with --gpu NAME, one of: {_known_names()}"
+            # Only the memory decides what init writes; the study learns the rest (the
+            # estimate fits a provisional row's bandwidth and bf16 peak to its trials).
+            return GpuFacts(
+                provisional_spec(device, memory_gb),
+                memory_gb,
+                f"NVML: {device}; not in the spec table, bandwidth is the table's mean until "
+                "the study measures it",
+                None,
             )
         return GpuFacts(spec, memory_gb, f"NVML: {device}", None)
     described = _simulator_hardware(name)

@@ -40,13 +40,14 @@ same inputs (NVML's device name and memory, the checkpoint's config.json).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tuner.engines.model_config import ModelMemory
-from tuner.predict.gpu_specs import GpuSpec
+from tuner.predict.gpu_specs import GpuSpec, provisional_span
 from tuner.predict.memory import estimate_memory
 from tuner.predict.open_loop import OpenLoopLoad, sustained_rate
 from tuner.predict.priors import PRIORS, accept_length, accept_prior, fit_acceptance
@@ -66,6 +67,15 @@ UNKNOWN_DRAFT_SHARE = 1 / 40
 _FRACTIONS = tuple(0.15 * 1.12**i for i in range(26))  # 0.15 .. 2.5
 _OVERHEADS_S = (0.0, *(0.0002 * 1.5**i for i in range(10)))  # 0, 0.2 ms .. 7.7 ms
 _QUANTILES = {"median": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
+
+
+@functools.cache
+def _wide_fractions() -> tuple[float, ...]:
+    """The fit's grid for a GPU the spec table lacks (its figures are the table's means):
+    the usual one widened by how far any row of the table lies from those means."""
+    span = provisional_span()
+    low, high = _FRACTIONS[0] / span, _FRACTIONS[-1] * span
+    return tuple(low * 1.12**i for i in range(int(math.log(high / low) / math.log(1.12)) + 2))
 
 
 @dataclass(frozen=True)
@@ -426,9 +436,10 @@ class Estimator:
         cal = self._fit_prefix_reuse(plain, cal)
         self.calibration = cal
         best = self._error(plain)
+        fractions = _wide_fractions() if self.gpu.provisional else _FRACTIONS
         grids = {
-            "bandwidth_fraction": _FRACTIONS,
-            "prefill_fraction": _FRACTIONS,
+            "bandwidth_fraction": fractions,
+            "prefill_fraction": fractions,
             "step_overhead_s": _OVERHEADS_S,
         }
         for _ in range(3):

@@ -3,13 +3,17 @@
 Public vendor figures only: memory, peak memory bandwidth, dense bf16 tensor throughput (no
 sparsity) and the host link. The performance estimate (tuner/predict/estimate.py) starts from
 them and learns what fraction a server actually reaches from the study's own trials. A GPU not
-in the table means no estimate: the study runs without the model-guided start.
+in the table gets a provisional row (`provisional_spec`): its memory as NVML reports it, and
+bandwidth, bf16 peak and host link at the table's geometric means, which the estimate then fits
+over a grid wide enough for any GPU the table spans (from trial 0, sglang's defaults, on).
 
     spec = gpu_spec("NVIDIA H200")   # GpuSpec(name='H200', memory_gb=141, ...)
+    provisional_spec("NVIDIA Quadro QX 9000", 96.0)   # GpuSpec(..., provisional=True)
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -21,6 +25,8 @@ class GpuSpec:
     bandwidth_gb_s: float  # peak device memory bandwidth
     bf16_tflops: float  # dense bf16 tensor-core peak
     host_link_gb_s: float  # one direction of the host link (PCIe x16)
+    # True for a GPU the table lacks: the figures above are the table's means, not its own.
+    provisional: bool = False
 
 
 # Matched in this order against the lower-cased name with "nvidia" removed: specific names first.
@@ -56,6 +62,34 @@ def gpu_spec(device_name: str | None) -> GpuSpec | None:
         if re.search(rf"(^|\W){re.escape(pattern)}(\W|$)", key):
             return spec
     return None
+
+
+def _geometric_mean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def provisional_spec(device_name: str, memory_gb: float) -> GpuSpec:
+    """A row for a GPU the table lacks: NVML's memory, the table's geometric means for the rest."""
+    rows = [spec for _, spec in _TABLE]
+    return GpuSpec(
+        device_name,
+        memory_gb,
+        _geometric_mean([r.bandwidth_gb_s for r in rows]),
+        _geometric_mean([r.bf16_tflops for r in rows]),
+        _geometric_mean([r.host_link_gb_s for r in rows]),
+        provisional=True,
+    )
+
+
+def provisional_span() -> float:
+    """How far any table row's bandwidth or bf16 peak lies from the means (a factor >= 1): the
+    estimate widens its fit by this much for a provisional row."""
+    rows = [spec for _, spec in _TABLE]
+    span = 1.0
+    for values in ([r.bandwidth_gb_s for r in rows], [r.bf16_tflops for r in rows]):
+        mean = _geometric_mean(values)
+        span = max(span, max(values) / mean, mean / min(values))
+    return span
 
 
 def known_gpus() -> list[str]:

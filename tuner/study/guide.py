@@ -36,7 +36,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.host import HostFacts
 from tuner.predict.estimate import Estimator, Observation
-from tuner.predict.gpu_specs import gpu_spec, known_gpus
+from tuner.predict.gpu_specs import gpu_spec, known_gpus, provisional_spec
 from tuner.results import record
 from tuner.results.goals import SUSTAINED_RATE, as_float
 from tuner.space.model import ParamSpec, SearchSpace, active_values, same_value
@@ -452,8 +452,9 @@ class GuideSettings:
 def make_guide(space: SearchSpace, host: HostFacts, settings: GuideSettings) -> Guide | None:
     """The study's guide: warm start when the estimate has its inputs, polish unless turned off.
 
-    The estimate needs the model's config.json and a GPU in the spec table; when either is
-    missing the study says so once and runs without the warm start."""
+    The estimate needs the model's config.json and a GPU: one in the spec table starts from its
+    spec sheet, one the table lacks from a provisional row (the table's means, fitted from trial
+    0 on). Without a GPU or a config.json the study says so once and runs without the warm start."""
     if not settings.warm_start and not settings.polish:
         return None
     estimator = None
@@ -462,16 +463,20 @@ def make_guide(space: SearchSpace, host: HostFacts, settings: GuideSettings) -> 
         if host.gpu_name is None:
             # A CPU host (sglang's CPU mode) or no nvidia-ml-py: nothing to estimate from.
             _log.warning("no GPU found (NVML): no model-guided start; the sampler alone")
-        elif spec is None:
-            _log.warning(
-                "GPU %r is not in the spec table (tuner/predict/gpu_specs.py: %s): no "
-                "model-guided start; the study runs on the sampler and the local search",
-                host.gpu_name,
-                ", ".join(known_gpus()),
-            )
         elif host.model is None:
             _log.warning("no config.json for %s: no model-guided start", space.model_path)
+        elif spec is None and not host.gpu_memory_gb:
+            _log.warning("GPU %r: no memory size reported: no model-guided start", host.gpu_name)
         else:
+            if spec is None:
+                spec = provisional_spec(host.gpu_name, float(host.gpu_memory_gb or 0.0))
+                _log.warning(
+                    "GPU %r is not in the spec table (tuner/predict/gpu_specs.py: %s): the "
+                    "estimate starts from the table's mean bandwidth and bf16 peak and learns "
+                    "this GPU's from the trials",
+                    host.gpu_name,
+                    ", ".join(known_gpus()),
+                )
             estimator = Estimator(space, host.model, spec, host.gpu_memory_gb or spec.memory_gb)
     if estimator is not None:
         config = GuideConfig(polish_from=GuideConfig.polish_from if settings.polish else 0)
