@@ -1,5 +1,8 @@
 from dataclasses import replace
 
+import optuna
+
+from tuner.results import record
 from tuner.trial.pruning import StagePoint, StagePruner, StagePrunerConfig, decide
 
 CONFIG = StagePrunerConfig(n_startup_trials=4, percentile=25, margin=0.1, min_dominators=2)
@@ -110,3 +113,25 @@ def test_front_cut_needs_feasible_full_runs_enough_of_them_and_a_stage_left():
     later = replace(FRONT, front_min_stage=1)
     assert not decide(0, 4, current, FINISHED, later).prune
     assert decide(1, 4, current, FINISHED, later).prune
+
+
+def test_the_summary_says_what_the_early_cuts_saved(tmp_path):
+    from tuner.optimize.summary import pruned_line
+    from tuner.study.loop import summarize
+    from tuner.study.options import StudyOptions
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for saved_s in (300.0, 420.0):
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=optuna.trial.TrialState.PRUNED,
+                user_attrs={record.PRUNED: {"stage": 1, "reason": "r", "time_saved_s": saved_s}},
+            )
+        )
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED))
+    summary = summarize(study, tmp_path, StudyOptions(studies_dir=tmp_path))
+    assert summary.pruned == 2 and summary.pruned_saved_s == 720.0
+    assert pruned_line(summary) == (
+        "the stage pruner stopped 2 trials before their last stage (they could not reach the "
+        "front): ~12 min of benchmark saved"
+    )

@@ -27,6 +27,8 @@ def print_summary(
     console.print(f"study [bold]{summary.study_name}[/bold]: {counts or 'no trials'}")
     if summary.stopped_because:
         console.print(stopped_line(summary, saved), soft_wrap=True)
+    if summary.pruned:
+        console.print(pruned_line(summary), soft_wrap=True)
     thr_name, lat_name = space.objectives.throughput, space.objectives.latency
     capacity_study = is_capacity(thr_name)
     first = "{:.3g}" if capacity_study else "{:.1f}"  # req/s, or tok/s
@@ -96,6 +98,16 @@ def stopped_line(summary: StudySummary, saved: StudyCost | None) -> str:
         f"done after {summary.launched} of {summary.budget} trials: {summary.stopped_because}. "
         f"Saved {left} launches{hours}. To run them anyway, the same command with --min-gain 0 "
         "(or a smaller --min-gain) resumes the study."
+    )
+
+
+def pruned_line(summary: StudySummary) -> str:
+    """What the stage pruner's early cuts saved (tuner/trial/pruning.py)."""
+    minutes = summary.pruned_saved_s / 60.0
+    trials = "trial" if summary.pruned == 1 else "trials"
+    return (
+        f"the stage pruner stopped {summary.pruned} {trials} before their last stage (they could "
+        f"not reach the front): ~{minutes:.0f} min of benchmark saved"
     )
 
 

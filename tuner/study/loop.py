@@ -453,6 +453,11 @@ def summarize(
     default = next(
         (t for t in trials if t.user_attrs.get(record.IS_DEFAULT) and t.state in FINISHED), None
     )
+    cut = [
+        t.user_attrs[record.PRUNED]
+        for t in trials
+        if t.state == TrialState.PRUNED and isinstance(t.user_attrs.get(record.PRUNED), dict)
+    ]
     stopped = study.user_attrs.get(record.STUDY_STOPPED)
     launched = measured_count(trials)
     if not isinstance(stopped, dict) or stopped.get("launched") != launched:
@@ -472,4 +477,6 @@ def summarize(
         budget=options.trials,
         stopped_because=None if stopped is None else str(stopped.get("reason")),
         goal=study.user_attrs.get(record.STUDY_GOAL),
+        pruned=len(cut),
+        pruned_saved_s=sum(float(c.get("time_saved_s") or 0.0) for c in cut),
     )

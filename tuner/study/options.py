@@ -67,6 +67,10 @@ class StudySummary:
     budget: int = 0  # --trials
     stopped_because: str | None = None  # the stop rule ended the study before --trials
     goal: str | None = None  # the study's --goal
+    # Trials the stage pruner stopped before their last stage, and the benchmark seconds
+    # (modelled on the simulator) their remaining stages would have taken.
+    pruned: int = 0
+    pruned_saved_s: float = 0.0
 
 
 def check_options(options: StudyOptions) -> None:
