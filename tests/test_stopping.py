@@ -26,7 +26,8 @@ RULE = StopRule(min_gain=0.01, min_trials=6, patience=4)
 def _study(points: list[Any]) -> optuna.Study:
     """A study whose trials are `points`: (throughput, latency) feasible, ("slo", thr, lat)
     violating an SLO, "pruned", "skipped" (rejected before launch), "repeat" (a duplicate),
-    or ("check", thr, lat): a feasible trial the stop rule queued."""
+    ("check", thr, lat): a feasible trial the stop rule queued, or ("default", thr, lat):
+    sglang's defaults, feasible."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(directions=["maximize", "minimize"])
     for point in points:
@@ -42,6 +43,8 @@ def _study(points: list[Any]) -> optuna.Study:
         kind, thr, lat = point if len(point) == 3 else ("ok", *point)
         if kind == "check":
             trial.set_user_attr(record.GUIDED_BY, STOP_CHECK)
+        if kind == "default":
+            trial.set_user_attr(record.IS_DEFAULT, True)
         trial.set_constraint("launch", 0.0)
         trial.set_constraint("slo:p99_ttft_ms", 0.5 if kind == "slo" else -0.5)
         study.tell(trial, [thr, lat])
@@ -99,6 +102,16 @@ def test_slo_violations_move_nothing_and_no_feasible_trial_means_no_judgement():
     none_feasible = [("slo", 100.0, 10.0)] * 2 + [(100.0, 10.0)] * 4
     decision = decide(_trials(none_feasible), RULE)
     assert not decision.stop and "nothing to judge by" in decision.reason
+
+
+def test_a_study_whose_front_is_still_sglangs_defaults_goes_on():
+    # Only the defaults meet the SLOs; faster trials just over them, slower ones within.
+    points = [("default", 100.0, 10.0)] + [("slo", 130.0, 9.0)] * 4 + [(90.0, 12.0)] * 4
+    decision = decide(_trials(points), RULE)
+    assert not decision.stop and "beaten sglang's defaults" in decision.reason
+    # One trial that beats them (in throughput here) and a plateau after it: the rule applies.
+    beaten = [("default", 100.0, 10.0), (104.0, 10.0)] + [(90.0, 12.0)] * 4
+    assert decide(_trials(beaten), RULE).stop
 
 
 def test_min_gain_0_turns_the_rule_off():

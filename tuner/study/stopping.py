@@ -7,6 +7,10 @@
 
 `--trials N` stays the cap. Before that, the study stops when all of these hold:
 
+0. a trial within the SLOs beats sglang's defaults (the default trial) in the measure: a
+   study whose front is still the defaults has not found what it is for yet, and ran on in the
+   quality benchmark's worst stopped seeds (0.66-0.76 of the full study's best: the defaults),
+   so it goes on to `--trials` rather than recommend them;
 1. at least `min_trials` configurations were launched (sglang's defaults, the guide's warm
    start and its first refitted picks come before; skips and repeats do not count, as for the
    budget: tuner/study/budget.py);
@@ -166,6 +170,10 @@ def decide(
         return keep_going(
             f"no trial within the SLOs before the last {rule.patience}: nothing to judge by"
         )
+    default = next((p for t, p in points if t.user_attrs.get(record.IS_DEFAULT)), None)
+    others = [p for t, p in feasible if not t.user_attrs.get(record.IS_DEFAULT)]
+    if default is not None and front_move([default], others, rule.measure) <= 0:
+        return keep_going("no trial within the SLOs has beaten sglang's defaults yet")
     noise = rule.noise
     threshold = max(rule.min_gain, 2 * noise)
     moved = front_move(before, window, rule.measure)
