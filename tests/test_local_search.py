@@ -12,7 +12,14 @@ from tuner.results import record
 from tuner.results.record import GUIDED_BY
 from tuner.space.load import space_from_dict
 from tuner.study.guide import Guide, GuideConfig
-from tuner.study.local_search import LocalSearch, complete, key, moves, standing
+from tuner.study.local_search import (
+    LocalSearch,
+    LocalSearchConfig,
+    complete,
+    key,
+    moves,
+    standing,
+)
 from tuner.study.loop import run_trials
 
 SPACE = {
@@ -264,3 +271,41 @@ def test_while_no_trial_meets_the_slos_the_estimate_does_not_rank_the_moves(spac
     trials = study.get_trials(deepcopy=False)
     proposal = guide._polish(trials, {key(t.params) for t in trials})
     assert proposal is not None
+
+
+def test_between_two_trials_that_break_different_slos_the_number_halfway_comes_first():
+    space = space_from_dict({**SPACE, "slos": ["p99_ttft_ms <= 3000", "p99_tpot_ms <= 11"]})
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    cap = optuna.distributions.IntDistribution(1, 16, log=True)
+    others = {
+        "speculative_algorithm": optuna.distributions.CategoricalDistribution([None, "NEXTN"]),
+        "mem_fraction_static": optuna.distributions.FloatDistribution(0.7, 0.95, step=0.01),
+        "chunked_prefill_size": optuna.distributions.CategoricalDistribution(
+            [2048, 4096, 8192, 16384]
+        ),
+    }
+    # Too few slots queue the TTFT tail; too many slow every token past the TPOT limit.
+    for running, ttft, tpot in ((4, 0.2, -0.1), (16, -0.1, 0.3)):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={**START, "max_running_requests": running},
+                distributions={**others, "max_running_requests": cap},
+                values=[100.0 * running, 10.0],
+                user_attrs={
+                    record.OUTCOME: record.OUTCOME_OK,
+                    record.METRICS: {"output_throughput": 100.0 * running},
+                    record.CONSTRAINTS: {
+                        "launch": 0.0,
+                        "slo:p99_ttft_ms": ttft,
+                        "slo:p99_tpot_ms": tpot,
+                    },
+                },
+                system_attrs={"constraints": [0.0, ttft, tpot]},
+            )
+        )
+    trials = study.get_trials(deepcopy=False)
+    tried = {key(t.params) for t in trials}
+    proposal = LocalSearch(space, seed=0).propose(trials, tried)
+    assert proposal == {**START, "max_running_requests": 8}  # sqrt(4 x 16) on the log range
+    off = LocalSearch(space, LocalSearchConfig(window_level=None), seed=0).propose(trials, tried)
+    assert off != proposal

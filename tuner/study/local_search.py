@@ -27,6 +27,10 @@ but over an SLO, the least over): a branch's first trial seldom shows what it ca
 optimum often sits on the SLO boundary. When the incumbent's every move has been tried, the next
 best trial's moves come next (a restart).
 
+While no trial meets every SLO, and the best one and a trial one number away from it break
+different SLOs (a running cap too low for the TTFT tail, too high for TPOT), the number halfway
+between them comes first (a *window* move): the SLOs can hold only between the two.
+
 A trial over a TTFT SLO of a closed loop that ran fewer requests at once than there are clients
 (its measured capacity) moves first towards more running slots (a larger memory fraction, a
 higher cap): queueing for a slot is what such a tail waits on. So does a trial of a capacity
@@ -79,6 +83,12 @@ class LocalSearchConfig:
     # such, set in the base, depends on (draft steps under adaptive speculation). Its rank is
     # noise, so it would otherwise wait behind every move the estimate likes.
     blind_bonus: float = 1.0
+    # Level of a *window* move: while no trial meets every SLO, the best one and a trial that
+    # differs from it in one number only break different SLOs (a running cap: too low queues
+    # the TTFT tail, too high slows every token), so the SLOs can hold only between them: the
+    # number halfway between the two (geometric on a log range) is tried first, before the
+    # extension of the last move that paid off (-10), which would cross the window. None: off.
+    window_level: float | None = -20.0
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,10 @@ class LocalSearch:
             self._trend = None
         best = scored[0][0]
         options = self._from(best, scored, effects, tried)
+        if self.config.window_level is not None:
+            level = self.config.window_level
+            options += [(level, 0.0, self.rng.random(), p) for p in _windows(self.space, scored)]
+            options = [o for o in options if key(o[3]) not in tried]
         for branch, name in self._branches(best, scored):
             options += self._from(branch, scored, effects, tried, keep=name)
         boundary = _boundary(scored) if self.config.boundary_offset is not None else None
@@ -516,6 +530,38 @@ def _boundary(scored: list[tuple[FrozenTrial, Standing]]) -> FrozenTrial | None:
         if s[0] == 0 and t.values and t.state == TrialState.COMPLETE and t.values[0] > max(feasible)
     ]
     return max(beyond, key=lambda st: st[0])[1] if beyond else None
+
+
+def _broken(t: FrozenTrial) -> frozenset[str]:
+    """The SLO constraints a trial violates."""
+    constraints = record.named_constraints(
+        t.constraints or t.user_attrs.get(record.CONSTRAINTS) or {}
+    )
+    return frozenset(k for k, v in constraints.items() if k != "launch" and v > 0)
+
+
+def _windows(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> list[Params]:
+    """Window moves (LocalSearchConfig.window_level) from the best trial, while it breaks an
+    SLO: for each trial one number away that breaks only other SLOs, that number halfway."""
+    best, mine = scored[0]
+    if mine[0] != 0:
+        return []
+    broken = _broken(best)
+    out: list[Params] = []
+    for t, s in scored[1:]:
+        other = _broken(t)
+        if s[0] != 0 or not other or other & broken:
+            continue
+        diff = [k for k in set(t.params) | set(best.params)
+                if repr(t.params.get(k)) != repr(best.params.get(k))]  # fmt: skip
+        if len(diff) != 1 or space.params[diff[0]].kind not in ("int", "float"):
+            continue
+        spec, a, b = space.params[diff[0]], float(best.params[diff[0]]), float(t.params[diff[0]])
+        middle = math.sqrt(a * b) if spec.log and a > 0 and b > 0 else (a + b) / 2
+        value = snap(spec, middle)
+        if not _equal(float(value), a) and not _equal(float(value), b):
+            out.append({**best.params, diff[0]: value})
+    return out
 
 
 def _child(space: SearchSpace, name: str, parent: str) -> bool:
