@@ -283,7 +283,12 @@ def to_json(
         "space": space.name,
         "slos": [str(s) for s in space.slos],
         "notes": notes,
-        "options": {**asdict(opts), "out": _shown(opts.out), "space_path": _shown(opts.space_path)},
+        "options": {
+            **asdict(opts),
+            "out": _shown(opts.out),
+            "space_path": _shown(opts.space_path),
+            "oracle_store": None,  # a path of the machine that ran it
+        },
         "oracle": {
             **{k: v for k, v in asdict(optimum).items() if k != "front"},
             "front": [list(p) for p in optimum.front],
@@ -303,13 +308,14 @@ def to_json(
 
 
 def _shown(path: Path | None) -> str | None:
-    """A path as the output may show it: relative to the repository when inside it."""
+    """A path as the output may show it: relative to the repository when inside it, else its
+    name alone (the rest is the machine's)."""
     if path is None:
         return None
     try:
         return str(path.resolve().relative_to(ROOT))
     except ValueError:
-        return str(path)
+        return path.name
 
 
 def jsonable(value: Any) -> Any:
