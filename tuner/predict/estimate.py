@@ -110,7 +110,8 @@ class Prediction:
     hit_rate: float = 0.0  # share of prompt tokens served from the prefix cache
     burst_share: float = 0.0  # share of the benchmark's requests in the opening burst
     # What one request costs an open loop (Poisson arrivals, no client count): its running
-    # slots, prefill and decode (tuner/predict/open_loop.py); None when it does not fit.
+    # slots, prefill and decode (tuner/predict/open_loop.py); None when it does not fit or the
+    # study is not a capacity study.
     load: OpenLoopLoad | None = field(default=None, compare=False)
 
     def ttft_at(self, quantile: float) -> float:
@@ -278,17 +279,19 @@ class Estimator:
         step_s = step_at(running)
         decode_s = shape.output / accepted * step_s
         cycle = running * prefill_s + decode_s
-        # An open loop is bounded by the running slots sglang sets, not by a client count.
-        slots = memory.max_running_requests or running
-        if cap:
-            slots = min(slots, int(cap))
-        slots = max(1, min(slots, int(memory.kv_tokens // max(context, 1)) or 1))
-        load = OpenLoopLoad(
-            slots=slots,
-            prefill_s=prefill_s,
-            base_s=prefill_s + step_at(slots),
-            decode_s=lambda batch: shape.output / accepted * step_at(batch),
-        )
+        load = None
+        if self.capacity:  # only a capacity study reads it; `predict` is the hill climb's
+            # An open loop is bounded by the running slots sglang sets, not by a client count.
+            slots = memory.max_running_requests or running
+            if cap:
+                slots = min(slots, int(cap))
+            slots = max(1, min(slots, int(memory.kv_tokens // max(context, 1)) or 1))
+            load = OpenLoopLoad(
+                slots=slots,
+                prefill_s=prefill_s,
+                base_s=prefill_s + step_at(slots),
+                decode_s=lambda batch: shape.output / accepted * step_at(batch),
+            )
         throughput = running * shape.output / cycle
         tpot_ms = 1000 * cycle / shape.output
         waiting = max(self.clients - running, 0)
@@ -401,7 +404,7 @@ class Estimator:
             return self.sustained_rate(prediction) * correction
         for slo in self.space.slos:
             stat, _, quantity = slo.metric.partition("_")
-            quantile = {"p90": 0.9, "p95": 0.95, "p99": 0.99}.get(stat, 0.5)
+            quantile = _QUANTILES.get(stat, 0.5)
             value = {"ttft_ms": prediction.ttft_at(quantile), "tpot_ms": prediction.tpot_ms}.get(
                 quantity
             )
@@ -518,7 +521,7 @@ class Estimator:
             return
         for slo in self.space.slos:
             stat, _, quantity = slo.metric.partition("_")
-            quantile = {"p90": 0.9, "p95": 0.95, "p99": 0.99}.get(stat, 0.5)
+            quantile = _QUANTILES.get(stat, 0.5)
             ratios = []
             for o in observations:
                 measured = (o.metrics or {}).get(slo.metric)

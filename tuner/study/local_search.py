@@ -129,8 +129,8 @@ class LocalSearch:
         options = self._from(best, scored, effects, tried)
         if self.config.window_level is not None:
             level = self.config.window_level
-            options += [(level, 0.0, self.rng.random(), p) for p in _windows(self.space, scored)]
-            options = [o for o in options if key(o[3]) not in tried]
+            windows = [p for p in _windows(self.space, scored) if key(p) not in tried]
+            options += [(level, 0.0, self.rng.random(), p) for p in windows]
         for branch, name in self._branches(best, scored):
             options += self._from(branch, scored, effects, tried, keep=name)
         boundary = _boundary(scored) if self.config.boundary_offset is not None else None
@@ -419,7 +419,7 @@ def standing(t: FrozenTrial) -> Standing | None:
     attrs = t.user_attrs
     if record.DUPLICATE_OF in attrs:
         return None
-    constraints = record.named_constraints(t.constraints or attrs.get(record.CONSTRAINTS) or {})
+    constraints = _slo_constraints(t)
     if constraints.get("launch", 0.0) > 0 or not attrs.get(record.METRICS):
         return None
     violation = sum(max(v, 0.0) for k, v in constraints.items() if k != "launch")
@@ -532,12 +532,14 @@ def _boundary(scored: list[tuple[FrozenTrial, Standing]]) -> FrozenTrial | None:
     return max(beyond, key=lambda st: st[0])[1] if beyond else None
 
 
+def _slo_constraints(t: FrozenTrial) -> dict[str, float]:
+    """A trial's named constraints (launch and SLOs), from Optuna's or the trial's record."""
+    return record.named_constraints(t.constraints or t.user_attrs.get(record.CONSTRAINTS) or {})
+
+
 def _broken(t: FrozenTrial) -> frozenset[str]:
     """The SLO constraints a trial violates."""
-    constraints = record.named_constraints(
-        t.constraints or t.user_attrs.get(record.CONSTRAINTS) or {}
-    )
-    return frozenset(k for k, v in constraints.items() if k != "launch" and v > 0)
+    return frozenset(k for k, v in _slo_constraints(t).items() if k != "launch" and v > 0)
 
 
 def _windows(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> list[Params]:
