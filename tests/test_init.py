@@ -232,3 +232,19 @@ def test_a_gpu_the_spec_table_lacks_gets_its_memory_from_nvml(monkeypatch):
     assert gpu.spec.provisional and gpu.spec.name == "NVIDIA Engineering Sample 9000"
     assert gpu.memory_gb == pytest.approx(85.52, abs=0.01)
     assert "not in the spec table" in gpu.source
+
+
+def test_on_a_small_gpu_the_memory_range_ends_where_sglangs_plan_still_fits(tmp_path):
+    """A 14.5 GB model on a 48 GB GPU: at 0.95 the activations' reserve is short, lower it fits."""
+    model = tmp_path / "mistral"
+    model.mkdir()
+    (model / "config.json").write_text(
+        '{"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,'
+        ' "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,'
+        ' "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 32768,'
+        ' "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}'
+    )
+    text = _init(tmp_path, model, "L40S").read_text()
+    spec = yaml.safe_load(text)["params"]["mem_fraction_static"]
+    assert spec["low"] < spec["high"] < 0.95
+    assert "sglang's memory plan on this GPU" in text

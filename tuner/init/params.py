@@ -65,21 +65,26 @@ def plan_params(
     low = max(0.60, math.ceil((share + 0.05) * 100) / 100)
     while low < MEM_FRACTION_HIGH and not _fits(model, gpu, {"mem_fraction_static": low}):
         low = round(low + 0.01, 2)  # the lowest fraction at which sglang's plan leaves a pool
-    if not _fits(model, gpu, {"mem_fraction_static": MEM_FRACTION_HIGH}):
+    if not _fits(model, gpu, {"mem_fraction_static": low}):
         raise UserError(
             f"{model.model_path}: {model.weight_gb:.1f} GB of weights leave no room for a KV "
-            f"cache on one {gpu.spec.name} ({gpu.memory_gb:.0f} GB) even at "
-            f"--mem-fraction-static {MEM_FRACTION_HIGH}; use a larger GPU or tensor parallelism"
+            f"cache on one {gpu.spec.name} ({gpu.memory_gb:.0f} GB) at any "
+            f"--mem-fraction-static up to {MEM_FRACTION_HIGH}; use a larger GPU or tensor "
+            "parallelism"
         )
+    high = MEM_FRACTION_HIGH
+    while high > low and not _fits(model, gpu, {"mem_fraction_static": high}):
+        high = round(high - 0.01, 2)  # on a small GPU the activations' reserve binds first
     params.append(
         Param(
             "mem_fraction_static",
-            {"low": low, "high": MEM_FRACTION_HIGH, "step": 0.01},
+            {"low": low, "high": high, "step": 0.01},
             [
                 f"Weights take {weights / GB:.1f} of the {gpu.memory_gb:.0f} GB ({share:.0%}); "
                 "low: that share + 0.05 (at least 0.60, and where sglang's memory plan still "
                 "leaves a KV pool);",
-                "high 0.95: above it activations and CUDA graphs starve.",
+                f"high {high}: above it activations and CUDA graphs starve"
+                + (" (sglang's memory plan on this GPU)." if high < MEM_FRACTION_HIGH else "."),
             ],
         )
     )
@@ -103,7 +108,7 @@ def plan_params(
                 ],
             )
         )
-        params += _hicache(model, gpu, host, workload, concurrency, low, notes)
+        params += _hicache(model, gpu, host, workload, concurrency, low, high, notes)
     else:
         notes.append("No prefix reuse in a random workload: no schedule policy, no HiCache.")
     params.append(
@@ -213,6 +218,7 @@ def _hicache(
     workload: dict[str, Any],
     concurrency: int,
     low_fraction: float,
+    high_fraction: float,
     notes: list[str],
 ) -> list[Param]:
     working_set = WorkloadShape.of(workload, concurrency).working_set
@@ -231,9 +237,7 @@ def _hicache(
         smallest = estimate_memory(
             {"mem_fraction_static": low_fraction}, model.memory, gpu.memory_gb
         )
-    largest = estimate_memory(
-        {"mem_fraction_static": MEM_FRACTION_HIGH}, model.memory, gpu.memory_gb
-    )
+    largest = estimate_memory({"mem_fraction_static": high_fraction}, model.memory, gpu.memory_gb)
     if smallest.fits and smallest.kv_tokens >= working_set:
         notes.append(
             f"No HiCache: the smallest KV pool of this space ({smallest.kv_tokens:,} tokens) "
