@@ -402,6 +402,30 @@ class Estimator:
         )
         if self.capacity:
             return self.sustained_rate(prediction) * correction
+        values = self.slo_values(prediction)
+        for slo in self.space.slos:
+            value = values.get(slo.metric)
+            if value is not None and slo.op == "<=" and value > slo.limit:
+                # Below any configuration within the SLOs, and lower the further out it is, so
+                # that a search over the estimate is led back inside.
+                return prediction.throughput * correction * 0.05 * slo.limit / value
+        return prediction.throughput * correction
+
+    def expected(self, flags: Mapping[str, Any]) -> tuple[float, dict[str, float]] | None:
+        """(throughput with the learned corrections, the SLO metrics it models: p99 TTFT and
+        TPOT, scaled as fitted); None when the configuration does not fit in memory."""
+        prediction = self.predict(flags)
+        if not prediction.fits:
+            return None
+        correction = math.exp(
+            sum(self.corrections.get(key, 0.0) for key in self._features(flags, prediction))
+        )
+        return prediction.throughput * correction, self.slo_values(prediction)
+
+    def slo_values(self, prediction: Prediction) -> dict[str, float]:
+        """The space's latency SLO metrics as predicted (TTFT at its quantile, TPOT), times
+        the scale fitted to the measured ones."""
+        out = {}
         for slo in self.space.slos:
             stat, _, quantity = slo.metric.partition("_")
             quantile = _QUANTILES.get(stat, 0.5)
@@ -409,12 +433,8 @@ class Estimator:
                 quantity
             )
             if value is not None:
-                value *= self.slo_scale.get(slo.metric, 1.0)
-            if value is not None and slo.op == "<=" and value > slo.limit:
-                # Below any configuration within the SLOs, and lower the further out it is, so
-                # that a search over the estimate is led back inside.
-                return prediction.throughput * correction * 0.05 * slo.limit / value
-        return prediction.throughput * correction
+                out[slo.metric] = value * self.slo_scale.get(slo.metric, 1.0)
+        return out
 
     # -- calibration --------------------------------------------------------------------------
 

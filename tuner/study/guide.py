@@ -17,6 +17,12 @@
   one. Without an estimate (a GPU missing from the spec table) it starts right after sglang's
   defaults: TPE alone rarely finds the SLO-feasible corner of a space in 40 trials.
 
+- **Corrected estimate** (`model_share` of the trials the sampler would draw after the warm
+  start): the configuration whose expected improvement, by the estimate corrected with a
+  Gaussian process on its measured residuals (tuner/study/residuals.py), times the
+  probability that every SLO holds, is highest. It sees what the formula leaves out once trials
+  near it were measured (changes that pay only together, a TTFT term the formula lacks).
+
 A guided trial is an ordinary queued trial (`study.enqueue_trial`): it is checked, skipped, or
 launched and measured as any other, and counts against the budget the same way. Its user attr
 `guided_by` says which rule chose it.
@@ -38,11 +44,12 @@ from tuner.host import HostFacts
 from tuner.predict.estimate import Estimator, Observation
 from tuner.predict.gpu_specs import gpu_spec, known_gpus, provisional_spec
 from tuner.results import record
-from tuner.results.goals import SUSTAINED_RATE, as_float
+from tuner.results.goals import SUSTAINED_RATE, as_float, is_capacity
 from tuner.space.model import ParamSpec, SearchSpace, active_values, same_value
 from tuner.study.budget import measured_count
 from tuner.study.local_search import LocalSearch, LocalSearchConfig
 from tuner.study.options import StudyOptions
+from tuner.study.residuals import ResidualModel
 from tuner.study.stopping import STOP_CHECK, Outlook
 
 _log = logging.getLogger(__name__)
@@ -67,6 +74,11 @@ class GuideConfig:
     climbs: int = 4  # the best candidates, each then hill-climbed on the estimate
     # The local search ignores the estimate while no trial meets the SLOs (see `_polish`).
     unranked_until_feasible: bool = True
+    # Of the trials after the warm start that are neither the estimate's nor the polish's,
+    # this share is the corrected estimate's pick (tuner/study/residuals.py); the sampler
+    # draws the others. 0: the sampler draws them all.
+    model_share: float = 1.0
+    model_candidates: int = 1000  # of the random candidates, those the corrected estimate ranks
 
 
 class Guide:
@@ -85,6 +97,7 @@ class Guide:
         self._seen: dict[tuple[Any, ...], dict[str, Any]] = {}  # configurations the climbs scored
         self._fitted_on = -1
         self._local = LocalSearch(space, seed=seed)
+        self._residuals: ResidualModel | None = None
         if estimator is not None:  # what the estimate cannot rank, measured early
             self._local.blind = frozenset(space.params) - Estimator.MODELLED
 
@@ -120,6 +133,59 @@ class Guide:
             params = self._polish(trials, tried)
             if params is not None:
                 self._enqueue(study, params, "polish")
+                return
+        if self._model_turn(trials, measured):
+            params = self._model_pick(trials, tried)
+            if params is not None:
+                self._enqueue(study, params, "model")
+
+    def _model_turn(self, trials: list[FrozenTrial], measured: int) -> bool:
+        """`model_share` of the sampler's trials after the warm start, spread evenly."""
+        share = self.config.model_share
+        if share <= 0 or is_capacity(self.space.objectives.throughput):
+            return False
+        if measured <= self.config.warm_start:
+            return False
+        # The sampler's turns so far: trials after the warm start no rule of the guide chose.
+        sampled = sum(
+            1
+            for t in trials
+            if t.number >= self.config.warm_start and not t.user_attrs.get(record.GUIDED_BY)
+        )
+        model = sum(1 for t in trials if t.user_attrs.get(record.GUIDED_BY) == "model")
+        return math.floor((sampled + model + 1) * share) > model
+
+    def _model_pick(
+        self, trials: list[FrozenTrial], tried: set[tuple[Any, ...]]
+    ) -> dict[str, Any] | None:
+        found = self._model_best(trials, tried)
+        return found[0] if found is not None else None
+
+    def _model_best(
+        self, trials: list[FrozenTrial], tried: set[tuple[Any, ...]]
+    ) -> tuple[dict[str, Any], float] | None:
+        """The corrected estimate's pick, and its expected relative gain (residuals.py)."""
+        if self.estimator is not None:
+            self._refit(trials)
+        if self._residuals is None:
+            self._residuals = ResidualModel(self.space, self.estimator, self._flags)
+        self._residuals.fit(trials)
+        if not self._residuals.fitted:
+            return None
+        if self._candidates is None and self.estimator is not None:
+            self._best_candidate(tried)  # draws the candidates and climbs the estimate
+        if self._candidates is None:
+            self._candidates = [
+                random_params(self.space, self.rng, ends=self.config.ends)
+                for _ in range(self.config.candidates)
+            ]
+        # Random configurations, the estimate's climbs so far, and the best trials' neighbours.
+        measured = [t for t in trials if t.state == TrialState.COMPLETE and t.params]
+        measured.sort(key=lambda t: t.values[0] if t.values else 0.0, reverse=True)
+        near = [n for t in measured[:5] for n in neighbours(self.space, t.params, self.rng)]
+        drawn = (self._candidates or [])[: self.config.model_candidates]
+        pool = [*drawn, *self._seen.values(), *near]
+        return self._residuals.best(pool, tried)
 
     def _polish_turn(self, measured: int) -> bool:
         """`polish_share` of the trials from `polish_from` on, spread evenly."""
@@ -162,6 +228,16 @@ class Guide:
                 f"a move from trial {best.number} the estimate cannot rank ({unseen[0]}) is untried"
             )
             return Outlook(unseen[1], math.inf, why)
+        if self.config.model_share > 0 and not self.estimator.capacity:
+            # The estimate corrected by the trials: its expected gain, uncertainty included.
+            found = self._model_best(trials, _tried(trials))
+            if found is not None:
+                return Outlook(
+                    found[0],
+                    math.expm1(found[1]),
+                    f"the corrected estimate expects {math.expm1(found[1]):+.1%} "
+                    "(uncertainty included) from an untried configuration",
+                )
         self._refit(trials)
         params = self._best_candidate(_tried(trials))
         if params is None:
@@ -443,10 +519,16 @@ class GuideSettings:
     warm_start: bool = True  # the estimate's picks first
     polish: bool = True  # late one-step neighbours of the best trial
     seed: int | None = None
+    # The corrected estimate takes the sampler's trials; a sampler the user chose explicitly
+    # (`--sampler random`, `grid`, ...) keeps them.
+    model: bool = True
 
     @classmethod
     def of(cls, options: StudyOptions) -> GuideSettings:
-        return cls(options.warm_start, options.polish, options.seed)
+        default_sampler = StudyOptions.__dataclass_fields__["sampler"].default
+        return cls(
+            options.warm_start, options.polish, options.seed, options.sampler == default_sampler
+        )
 
 
 def make_guide(space: SearchSpace, host: HostFacts, settings: GuideSettings) -> Guide | None:
@@ -479,8 +561,15 @@ def make_guide(space: SearchSpace, host: HostFacts, settings: GuideSettings) -> 
                 )
             estimator = Estimator(space, host.model, spec, host.gpu_memory_gb or spec.memory_gb)
     if estimator is not None:
-        config = GuideConfig(polish_from=GuideConfig.polish_from if settings.polish else 0)
+        config = GuideConfig(
+            polish_from=GuideConfig.polish_from if settings.polish else 0,
+            model_share=GuideConfig.model_share if settings.model else 0.0,
+        )
     else:
         # Nothing to start from but what is measured: the local search from trial 1 on.
-        config = GuideConfig(warm_start=0, polish_from=1 if settings.polish else 0)
+        config = GuideConfig(
+            warm_start=0,
+            polish_from=1 if settings.polish else 0,
+            model_share=GuideConfig.model_share if settings.model else 0.0,
+        )
     return Guide(space, estimator, config, seed=settings.seed)

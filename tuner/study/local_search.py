@@ -628,7 +628,7 @@ class Trend:
         order = sorted(range(len(finished)), key=lambda i: _outcome(finished[i]))
         y = np.empty(len(finished))
         y[order] = np.arange(len(finished)) / (len(finished) - 1)
-        x = np.array([trend._row(t.params) for t in finished])
+        x = np.array([trend.row(t.params) for t in finished])
         mean = y.mean()
         a = x.T @ x + ridge * np.eye(x.shape[1])
         a[-1, -1] -= ridge  # the intercept is not shrunk
@@ -636,7 +636,7 @@ class Trend:
         trend.weights[-1] += mean
         return trend
 
-    def _row(self, params: Mapping[str, Any]) -> list[float]:
+    def row(self, params: Mapping[str, Any]) -> list[float]:
         row = []
         for name, choice in self.columns:
             spec = self.space.params[name]
@@ -649,7 +649,7 @@ class Trend:
         return [*row, 1.0]
 
     def predict(self, params: Mapping[str, Any]) -> float:
-        return float(sum(w * v for w, v in zip(self.weights, self._row(params), strict=True)))
+        return float(sum(w * v for w, v in zip(self.weights, self.row(params), strict=True)))
 
 
 def _unit(spec: ParamSpec, value: float) -> float:
