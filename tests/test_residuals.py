@@ -94,3 +94,11 @@ def test_without_two_measured_trials_there_is_nothing_to_correct(world):
     model.fit([t])
     assert not model.fitted
     assert model.best([random_params(space, random.Random(2))], set()) is None
+
+
+def test_an_explicitly_chosen_sampler_keeps_its_trials():
+    from tuner.study.guide import GuideSettings
+    from tuner.study.options import StudyOptions
+
+    assert GuideSettings.of(StudyOptions()).model
+    assert not GuideSettings.of(StudyOptions(sampler="random")).model
