@@ -136,6 +136,7 @@ def _base_cmd(space: Path, studies: Path) -> list[str]:
     return [
         sys.executable, "-m", "tuner.cli", "optimize", "--space", str(space),
         "--trials", str(TRIALS), "--studies-dir", str(studies), "--no-report",
+        "--min-gain", "0",  # the whole budget: the stop rule may end a study early
     ]  # fmt: skip
 
 
