@@ -96,6 +96,7 @@ class Guide:
         self._candidates: list[dict[str, Any]] | None = None
         self._seen: dict[tuple[Any, ...], dict[str, Any]] = {}  # configurations the climbs scored
         self._fitted_on = -1
+        self._flag_cache: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._local = LocalSearch(space, seed=seed)
         self._residuals: ResidualModel | None = None
         if estimator is not None:  # what the estimate cannot rank, measured early
@@ -282,11 +283,18 @@ class Guide:
         self.estimator.fit(observations)
 
     def _flags(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        return {
-            "model_path": self.space.model_path,
-            **self.space.fixed_flags,
-            **complete_flags(self.space, params),
-        }
+        """The sglang flags of `params`, kept per configuration: the picks score the same
+        candidates again after every trial. Callers read the dict, never change it."""
+        key = _key(params)
+        flags = self._flag_cache.get(key)
+        if flags is None:
+            flags = {
+                "model_path": self.space.model_path,
+                **self.space.fixed_flags,
+                **complete_flags(self.space, params),
+            }
+            self._flag_cache[key] = flags
+        return flags
 
     def _best_candidate(
         self, tried: set[tuple[Any, ...]], measured: Sequence[Mapping[str, Any]] = ()

@@ -52,11 +52,18 @@ class ResidualModel:
         self._metrics = [s.metric for s in space.slos if s.op in ("<=", "<")]
         self._models: dict[str, Any] = {}  # "throughput" and each SLO metric -> fitted GP
         self._best: float | None = None  # the best measured throughput within the SLOs
+        self._fitted_on: tuple[int, ...] | None = None  # the completed trials of the last fit
 
     def fit(self, trials: Sequence[FrozenTrial]) -> None:
-        """Fit one GP per target to the completed trials' log residuals."""
+        """Fit one GP per target to the completed trials' log residuals. The same completed
+        trials as the last fit (the stop rule's outlook, then the pick) keep that fit: it is
+        deterministic."""
         import numpy as np
 
+        done = tuple(t.number for t in trials if t.state == TrialState.COMPLETE)
+        if done == self._fitted_on:
+            return
+        self._fitted_on = done
         rows: list[list[float]] = []
         targets: dict[str, list[float]] = {"throughput": [], **{m: [] for m in self._metrics}}
         best = None
