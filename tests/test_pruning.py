@@ -115,6 +115,19 @@ def test_front_cut_needs_feasible_full_runs_enough_of_them_and_a_stage_left():
     assert decide(1, 4, current, FINISHED, later).prune
 
 
+def test_with_enough_full_runs_their_factors_replace_the_fixed_margin():
+    # Both rules: dominance at the stage first (n_startup_trials 4), the front cut from 3 full
+    # runs. A trial whose first stage two full runs beat by 10% at no worse latency...
+    both = replace(FRONT, n_startup_trials=4, min_dominators=2)
+    slow_start = StagePoint(70.0, 30.0)
+    ramped = [*FINISHED, StagePoint(70.0, 32.0, final=(175.0, 30.0))]  # ended 2.5x its stage
+    # ...is dominated there (four stage points; none a full run yet), and cut...
+    assert decide(0, 4, slow_start, [replace(p, final=None) for p in ramped], both).prune
+    # ...but not once the full runs show a start 2.5x below the end: at best 70 x 2.625 = 184.
+    d = decide(0, 4, slow_start, ramped, both)
+    assert not d.prune and "is not beaten" in d.reason
+
+
 def test_the_summary_says_what_the_early_cuts_saved(tmp_path):
     from tuner.optimize.summary import pruned_line
     from tuner.study.loop import summarize
