@@ -34,6 +34,13 @@ MODEL = ModelMemory(weight_bytes=16.4e9, kv_bytes_per_token=36 * 8 * 128 * 2 * 2
         ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "RTX PRO 6000 Blackwell"),
         ("NVIDIA L4", "L4"),
         ("NVIDIA L40S", "L40S"),
+        ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"),
+        ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"),
+        ("NVIDIA A100-PCIE-40GB", "A100 40GB"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA GH200 480GB", "GH200"),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+        ("NVIDIA A10G", "A10G"),
     ],
 )
 def test_gpu_names_as_nvml_gives_them_find_their_specs(name, expected):

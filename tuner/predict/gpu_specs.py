@@ -29,7 +29,7 @@ class GpuSpec:
     provisional: bool = False
 
 
-# Matched in this order against the lower-cased name with "nvidia" removed: specific names first.
+# Matched in this order against the words of the lower-cased name: specific names first.
 _TABLE: tuple[tuple[str, GpuSpec], ...] = (
     ("rtx pro 6000 blackwell", GpuSpec("RTX PRO 6000 Blackwell", 96, 1792, 500, 64)),
     ("h200", GpuSpec("H200", 141, 4800, 989, 64)),
@@ -57,9 +57,11 @@ def gpu_spec(device_name: str | None) -> GpuSpec | None:
     """The table's row for an NVML device name, or None when the GPU is not in the table."""
     if not device_name:
         return None
-    key = re.sub(r"\s+", " ", device_name.lower().replace("nvidia", "")).strip()
+    # NVML writes form factors between the words ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB
+    # PCIe"): a row matches when each of its words is one of the name's.
+    words = set(re.split(r"[\s_/-]+", device_name.lower().replace("nvidia", "")))
     for pattern, spec in _TABLE:
-        if re.search(rf"(^|\W){re.escape(pattern)}(\W|$)", key):
+        if set(pattern.split()) <= words:
             return spec
     return None
 
