@@ -154,8 +154,16 @@ def write_png(figure: go.Figure, path: Path) -> Path:
     from tuner.errors import UserError
 
     try:
-        with _browser_for_kaleido():
-            figure.write_image(str(path), width=1400, height=760)
+        try:
+            with _browser_for_kaleido():
+                figure.write_image(str(path), width=1400, height=760)
+        except ImportError:
+            raise
+        except Exception:
+            # Once more: on a loaded host kaleido's page can run its call before its own
+            # script has loaded ("ReferenceError: kaleido_scopes is not defined").
+            with _browser_for_kaleido():
+                figure.write_image(str(path), width=1400, height=760)
     except Exception as exc:  # kaleido missing, or no browser: say what to install
         raise UserError(
             f"cannot write {path}: {exc} (PNG export needs kaleido (pip install "
