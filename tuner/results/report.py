@@ -153,23 +153,23 @@ def write_png(figure: go.Figure, path: Path) -> Path:
     """The figure as a PNG through kaleido, which drives a local Chromium."""
     from tuner.errors import UserError
 
-    try:
+    # Two tries: on a loaded host kaleido's page can run its call before its own script has
+    # loaded ("ReferenceError: kaleido_scopes is not defined"); a missing kaleido fails at once.
+    error: Exception | None = None
+    for _ in range(2):
         try:
             with _browser_for_kaleido():
                 figure.write_image(str(path), width=1400, height=760)
-        except ImportError:
-            raise
-        except Exception:
-            # Once more: on a loaded host kaleido's page can run its call before its own
-            # script has loaded ("ReferenceError: kaleido_scopes is not defined").
-            with _browser_for_kaleido():
-                figure.write_image(str(path), width=1400, height=760)
-    except Exception as exc:  # kaleido missing, or no browser: say what to install
-        raise UserError(
-            f"cannot write {path}: {exc} (PNG export needs kaleido (pip install "
-            "'sglang-tuner[png]') and Chromium (Debian: apt install chromium; or set BROWSER_PATH))"
-        ) from None
-    return path
+            return path
+        except ImportError as exc:
+            error = exc
+            break
+        except Exception as exc:  # no browser, or the race above on the first try
+            error = exc
+    raise UserError(
+        f"cannot write {path}: {error} (PNG export needs kaleido (pip install "
+        "'sglang-tuner[png]') and Chromium (Debian: apt install chromium; or set BROWSER_PATH))"
+    ) from None
 
 
 @contextmanager
