@@ -163,3 +163,32 @@ def test_the_guide_queues_its_warm_start_then_polishes():
     rules = [t.user_attrs.get(GUIDED_BY) for t in study.trials]
     assert rules[1:3] == ["estimate", "estimate"]
     assert "polish" in rules[5:]
+
+
+class _FewFlags:
+    """An estimate that reads three flags (running requests, then memory, then draft steps):
+    every other choice ties."""
+
+    capacity = False
+
+    def score(self, flags: dict[str, object]) -> float:
+        running, memory = flags.get("max_running_requests"), flags.get("mem_fraction_static")
+        steps = flags.get("speculative_num_steps")
+        return 1000.0 * float(running or 0) + 100.0 * float(memory or 0) + float(steps or 0)  # type: ignore[arg-type]
+
+
+def test_the_estimates_picks_leave_the_flags_it_cannot_read_at_sglangs_defaults():
+    """speculative_adaptive is a flag the estimate does not read: its picks scored it alike
+    either way and took whichever came first, so a warm start launched adaptive speculation
+    (which then failed its CUDA-graph capture at memory 0.95) on no evidence at all."""
+    space = load_space("qwen3.6-27b-mtp-hicache")
+    guide = Guide(space, _FewFlags(), seed=0)  # type: ignore[arg-type]
+    assert {"speculative_adaptive", "hicache_write_policy"} <= guide._local.blind
+    picks = guide.first_picks(8)
+    assert len(picks) == 8
+    assert not any(p.get("speculative_adaptive") for p in picks)
+    assert not any(p.get("hicache_write_policy") == "write_back" for p in picks)
+    # No pick is an earlier one with only an unread flag changed: the estimate sees the same.
+    blind = guide._local.blind
+    seen = [tuple(sorted((k, repr(v)) for k, v in p.items() if k not in blind)) for p in picks]
+    assert len(set(seen)) == len(seen)

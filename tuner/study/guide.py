@@ -47,7 +47,7 @@ from tuner.results import record
 from tuner.results.goals import SUSTAINED_RATE, as_float, is_capacity
 from tuner.space.model import ParamSpec, SearchSpace, active_values, same_value
 from tuner.study.budget import measured_count
-from tuner.study.local_search import LocalSearch, LocalSearchConfig
+from tuner.study.local_search import LocalSearch, LocalSearchConfig, neutral
 from tuner.study.options import StudyOptions
 from tuner.study.residuals import ResidualModel
 from tuner.study.stopping import STOP_CHECK, Outlook
@@ -186,7 +186,25 @@ class Guide:
         near = [n for t in measured[:5] for n in neighbours(self.space, t.params, self.rng)]
         drawn = (self._candidates or [])[: self.config.model_candidates]
         pool = [*drawn, *self._seen.values(), *near]
+        # A flag the estimate cannot read, at a value no measured trial had: the residuals
+        # know nothing of it either, and a pick there is a blind move (the polish's to make).
+        known = {(name, repr(t.params.get(name))) for t in measured for name in self._local.blind}
+        pool = [p for p in pool if all(
+            (name, repr(p[name])) in known for name in self._off_neutral(p))]  # fmt: skip
         return self._residuals.best(pool, tried)
+
+    def _off_neutral(self, params: Mapping[str, Any]) -> list[str]:
+        """The params of `params` the estimate cannot read that are off their neutral value
+        (a categorical's first choice: sglang's default where the space lists it first)."""
+        return [
+            name
+            for name in self._local.blind
+            if name in params and not same_value(params[name], neutral(self.space.params[name]))
+        ]
+
+    def _as_estimated(self, key: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A configuration's key as the estimate sees it: without the params it cannot read."""
+        return tuple(item for item in key if item[0] not in self._local.blind)
 
     def _polish_turn(self, measured: int) -> bool:
         """`polish_share` of the trials from `polish_from` on, spread evenly."""
@@ -329,13 +347,23 @@ class Guide:
                 climbed.add(_key(start))
                 self._climb(start, score)
         # Earlier picks' climbs stay candidates: the refitted estimate may rank them first now.
-        untried = [params for key, params in self._seen.items() if key not in tried]
+        # A tried configuration with only an unread flag changed is the same one to the
+        # estimate: it expects nothing new from it, and that move is the polish's to make.
+        seen_tried = {self._as_estimated(k) for k in tried}
+        untried = [
+            params
+            for key, params in self._seen.items()
+            if key not in tried and self._as_estimated(key) not in seen_tried
+        ]
         if estimator.capacity and measured:
             # Caps above the slots sglang settles on change nothing the estimate sees: a pick
             # it scores exactly as a measured trial would teach it nothing new.
             known = {round(score(dict(p)), 9) for p in measured}
             untried = [p for p in untried if round(score(p), 9) not in known] or untried
-        return max(untried, key=score) if untried else None
+        # Of configurations it scores alike, the one with its unread flags at their defaults.
+        return (
+            max(untried, key=lambda p: (score(p), -len(self._off_neutral(p)))) if untried else None
+        )
 
     def _climb(
         self, params: dict[str, Any], score: Callable[[dict[str, Any]], float], limit: int = 30
