@@ -145,7 +145,7 @@ def test_the_estimate_is_asked_only_when_the_trials_say_stop_and_can_veto_it():
 def test_after_max_checks_that_moved_nothing_the_estimate_is_not_believed():
     checked = [(100.0, 10.0)] * 4 + [("check", 100.0, 10.0)] * 2
     decision = decide(_trials(checked), RULE, lambda: Outlook({"x": 1}, 0.2))
-    assert decision.stop and "last 2 expected gains did not come" in decision.reason
+    assert decision.stop and "last 2 checks of an expected gain found none" in decision.reason
 
 
 class _Forecaster:

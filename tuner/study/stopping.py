@@ -197,7 +197,7 @@ def decide(
             )
     noise_note = f", noise {noise:.1%}" if 2 * noise > rule.min_gain else ""
     model_note = (
-        f"; the estimate's last {len(checks)} expected gains did not come"
+        f"; the last {len(checks)} checks of an expected gain found none"
         if len(checks) >= rule.max_checks
         else "; the estimate expects no more"
         if outlook is not None
