@@ -1,0 +1,92 @@
+"""The stop rule with other settings, side by side on the quality benchmark's cells.
+
+For each world x space x seed it runs the default method for the whole 40 trials, then once per
+variant with the stop rule on (`--min-gain 0.01`) and that variant's window, minimum trials and
+measure (tuner/study/stopping.py `StopRule`). It prints, per cell and variant, the trials the
+stopped study launched, its modelled GPU hours as a share of the full study's, and its best
+noise-free SLO-feasible throughput over the full study's (median, and the worst seed).
+
+    python benchmarks/stop_variants.py WORLDS SPACES SEEDS JOBS VARIANT...
+
+VARIANT is PATIENCE:MIN_TRIALS[:MEASURE], e.g. `8:12` (the shipped rule) or `6:10:throughput`.
+WORLDS and SPACES are comma-separated names (benchmarks/quality/worlds.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+Outcome = tuple[float, float, int]  # best feasible throughput, GPU seconds, launched trials
+
+
+def _outcome(run: Any) -> Outcome:
+    best, gpu = 0.0, 0.0
+    for t in run.trials:
+        gpu += t.gpu_s
+        if t.counted and t.truth and t.truth.feasible:
+            best = max(best, t.truth.throughput)
+    return best, gpu, len(run.trials)
+
+
+def _cell_seed(task: tuple[str, str, int, list[str]]) -> tuple[str, str, dict[str, Outcome]]:
+    world, space_name, seed, variants = task
+    from benchmarks.oracle_measurer import NoiseModel, OracleCache
+    from benchmarks.quality import study
+    from benchmarks.quality.cli import default_store
+    from benchmarks.quality.methods import METHODS
+    from benchmarks.quality.truth import Oracle
+    from benchmarks.quality.worlds import world_space
+    from tuner.study.loop import quiet_optuna
+    from tuner.study.stopping import StopRule
+
+    quiet_optuna()
+    space = world_space(space_name, world)
+    oracle = Oracle(space, OracleCache(space, default_store()))
+    noise = NoiseModel(0.02, 0.02, 0.05)
+    default = next(m for m in METHODS if m.name == "default")
+    out = {"full": _outcome(study.run_study(default, seed, 40, space, oracle, noise))}
+    for variant in variants:
+        patience, min_trials, measure = ([*variant.split(":"), "front"])[:3]
+        study.StopRule = functools.partial(  # type: ignore[misc]
+            StopRule, patience=int(patience), min_trials=int(min_trials), measure=measure
+        )
+        try:
+            stopped = study.run_study(
+                replace(default, min_gain=0.01), seed, 40, space, oracle, noise
+            )
+        finally:
+            study.StopRule = StopRule  # type: ignore[misc]
+        out[variant] = _outcome(stopped)
+    oracle.save()
+    return world, space_name, out
+
+
+def main(argv: list[str]) -> None:
+    worlds, spaces = argv[0].split(","), argv[1].split(",")
+    seeds, jobs, variants = int(argv[2]), int(argv[3]), argv[4:]
+    tasks = [(w, s, k, variants) for w in worlds for s in spaces for k in range(seeds)]
+    with ProcessPoolExecutor(jobs) as pool:
+        results = list(pool.map(_cell_seed, tasks))
+    cells: dict[tuple[str, str], list[dict[str, Outcome]]] = {}
+    for world, space, out in results:
+        cells.setdefault((world, space), []).append(out)
+    print("| world | space | variant | trials | GPU h share median (max) | best / full (worst) |")
+    print("|---|---|---|---:|---:|---:|")
+    for (world, space), outs in cells.items():
+        for v in variants:
+            shares = [o[v][1] / o["full"][1] for o in outs]
+            kept = [o[v][0] / o["full"][0] if o["full"][0] else 1.0 for o in outs]
+            trials = statistics.median(o[v][2] for o in outs)
+            print(
+                f"| {world} | {space} | {v} | {trials:.0f} | {statistics.median(shares):.0%} "
+                f"({max(shares):.0%}) | {statistics.median(kept):.3f} ({min(kept):.3f}) |"
+            )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
