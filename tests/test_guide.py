@@ -192,3 +192,28 @@ def test_the_estimates_picks_leave_the_flags_it_cannot_read_at_sglangs_defaults(
     blind = guide._local.blind
     seen = [tuple(sorted((k, repr(v)) for k, v in p.items() if k not in blind)) for p in picks]
     assert len(set(seen)) == len(seen)
+
+
+def test_a_number_the_estimate_cannot_read_keeps_the_corrected_estimates_pool():
+    """Only a categorical has a default to hold an unread flag at: a number the estimate does
+    not read (here --num-continuous-decode-steps) would otherwise keep every random candidate
+    out of the corrected estimate's pool, since no measured trial has its exact value."""
+    from tuner.space.load import space_from_dict
+
+    space = space_from_dict(
+        {
+            "model_path": "m",
+            "params": {
+                "max_running_requests": {"low": 1, "high": 16, "log": True},
+                "num_continuous_decode_steps": {"low": 1, "high": 8},
+                "schedule_policy": {"choices": ["fcfs", "lpm"]},
+            },
+            "workload": {"kind": "random"},
+            "bench": {"concurrency": 16},
+        }
+    )
+    guide = Guide(space, _FewFlags(), seed=0)  # type: ignore[arg-type]
+    assert {"num_continuous_decode_steps", "schedule_policy"} <= guide._local.blind
+    params = {"max_running_requests": 8, "num_continuous_decode_steps": 5}
+    assert guide._off_neutral({**params, "schedule_policy": "fcfs"}) == []
+    assert guide._off_neutral({**params, "schedule_policy": "lpm"}) == ["schedule_policy"]

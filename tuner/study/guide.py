@@ -194,12 +194,16 @@ class Guide:
         return self._residuals.best(pool, tried)
 
     def _off_neutral(self, params: Mapping[str, Any]) -> list[str]:
-        """The params of `params` the estimate cannot read that are off their neutral value
-        (a categorical's first choice: sglang's default where the space lists it first)."""
+        """The categorical params of `params` the estimate cannot read that are off their first
+        choice (sglang's default where the space lists it first). A number it cannot read has
+        no such default, and a measured trial seldom holds a candidate's exact value."""
+        specs = self.space.params
         return [
             name
             for name in self._local.blind
-            if name in params and not same_value(params[name], neutral(self.space.params[name]))
+            if name in params
+            and specs[name].kind == "categorical"
+            and not same_value(params[name], neutral(specs[name]))
         ]
 
     def _as_estimated(self, key: tuple[Any, ...]) -> tuple[Any, ...]:
