@@ -3,7 +3,7 @@
     python benchmarks/search_ab.py WORLD SPACE SEEDS JOBS OPTIMUM VARIANT...
 
 VARIANT is a name, alone for the default, or NAME=FIELD:VALUE,... with fields of
-`LocalSearchConfig` (tuner/study/local_search.py), e.g. `noedges=edges:False`. OPTIMUM is the
+`LocalSearchConfig` (tuner/study/local_search.py), e.g. `nowin=window_level:None`. OPTIMUM is the
 cell's optimum in tok/s (the quality benchmark's table gives it). Prints, per variant, the
 median and per-seed fraction of the optimum after 20 and 40 launched trials.
 """

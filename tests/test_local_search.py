@@ -309,38 +309,3 @@ def test_between_two_trials_that_break_different_slos_the_number_halfway_comes_f
     assert proposal == {**START, "max_running_requests": 8}  # sqrt(4 x 16) on the log range
     off = LocalSearch(space, LocalSearchConfig(window_level=None), seed=0).propose(trials, tried)
     assert off != proposal
-
-
-def test_between_the_best_trial_and_one_past_an_slos_edge_the_number_halfway_comes_first():
-    """tpot-8b: a running cap buys throughput until p99 TPOT passes its limit; the best cap is
-    on that edge, between the best feasible trial and the nearest one past it."""
-    space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
-    study = optuna.create_study(directions=["maximize", "minimize"])
-    cap = optuna.distributions.IntDistribution(1, 16, log=True)
-    others = {
-        "speculative_algorithm": optuna.distributions.CategoricalDistribution([None, "NEXTN"]),
-        "mem_fraction_static": optuna.distributions.FloatDistribution(0.7, 0.95, step=0.01),
-        "chunked_prefill_size": optuna.distributions.CategoricalDistribution(
-            [2048, 4096, 8192, 16384]
-        ),
-    }
-    for running, tpot in ((4, -0.2), (16, 0.3)):
-        study.add_trial(
-            optuna.trial.create_trial(
-                params={**START, "max_running_requests": running},
-                distributions={**others, "max_running_requests": cap},
-                values=[100.0 * running, 10.0],
-                user_attrs={
-                    record.OUTCOME: record.OUTCOME_OK,
-                    record.METRICS: {"output_throughput": 100.0 * running},
-                    record.CONSTRAINTS: {"launch": 0.0, "slo:p99_tpot_ms": tpot},
-                },
-                system_attrs={"constraints": [0.0, tpot]},
-            )
-        )
-    trials = study.get_trials(deepcopy=False)
-    tried = {key(t.params) for t in trials}
-    proposal = LocalSearch(space, seed=0).propose(trials, tried)
-    assert proposal == {**START, "max_running_requests": 8}  # sqrt(4 x 16) on the log range
-    off = LocalSearch(space, LocalSearchConfig(edges=False), seed=0).propose(trials, tried)
-    assert off != proposal

@@ -29,10 +29,7 @@ best trial's moves come next (a restart).
 
 While no trial meets every SLO, and the best one and a trial one number away from it break
 different SLOs (a running cap too low for the TTFT tail, too high for TPOT), the number halfway
-between them comes first (a *window* move): the SLOs can hold only between the two. Once the
-best trial meets the SLOs, a trial one number away from it with more throughput that breaks one
-is bisected against it the same way (an *edge* move): the best value of such a number sits on
-the SLO's edge between the two.
+between them comes first (a *window* move): the SLOs can hold only between the two.
 
 A trial over a TTFT SLO of a closed loop that ran fewer requests at once than there are clients
 (its measured capacity) moves first towards more running slots (a larger memory fraction, a
@@ -92,9 +89,6 @@ class LocalSearchConfig:
     # number halfway between the two (geometric on a log range) is tried first, before the
     # extension of the last move that paid off (-10), which would cross the window. None: off.
     window_level: float | None = -20.0
-    # Once the best trial meets the SLOs, the same bisection between it and a trial one number
-    # away with more throughput that breaks one (`_edges`). False: windows only while none does.
-    edges: bool = True
 
 
 @dataclass(frozen=True)
@@ -135,8 +129,7 @@ class LocalSearch:
         options = self._from(best, scored, effects, tried)
         if self.config.window_level is not None:
             level = self.config.window_level
-            found = _windows(self.space, scored, self.config.edges)
-            windows = [p for p in found if key(p) not in tried]
+            windows = [p for p in _windows(self.space, scored) if key(p) not in tried]
             options += [(level, 0.0, self.rng.random(), p) for p in windows]
         for branch, name in self._branches(best, scored):
             options += self._from(branch, scored, effects, tried, keep=name)
@@ -549,58 +542,28 @@ def _broken(t: FrozenTrial) -> frozenset[str]:
     return frozenset(k for k, v in _slo_constraints(t).items() if k != "launch" and v > 0)
 
 
-def _windows(
-    space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]], edges: bool = True
-) -> list[Params]:
-    """Window moves (LocalSearchConfig.window_level) from the best trial. While it breaks an
-    SLO: for each trial one number away that breaks only other SLOs, that number halfway. Once
-    it meets them (`edges`): for each trial one number away with more throughput that breaks
-    one, that number halfway."""
+def _windows(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> list[Params]:
+    """Window moves (LocalSearchConfig.window_level) from the best trial, while it breaks an
+    SLO: for each trial one number away that breaks only other SLOs, that number halfway."""
     best, mine = scored[0]
     if mine[0] != 0:
-        return _edges(space, scored) if edges else []
+        return []
     broken = _broken(best)
     out: list[Params] = []
     for t, s in scored[1:]:
         other = _broken(t)
         if s[0] != 0 or not other or other & broken:
             continue
-        middle = _halfway(space, best, t)
-        if middle is not None:
-            out.append(middle)
+        diff = [k for k in set(t.params) | set(best.params)
+                if repr(t.params.get(k)) != repr(best.params.get(k))]  # fmt: skip
+        if len(diff) != 1 or space.params[diff[0]].kind not in ("int", "float"):
+            continue
+        spec, a, b = space.params[diff[0]], float(best.params[diff[0]]), float(t.params[diff[0]])
+        middle = math.sqrt(a * b) if spec.log and a > 0 and b > 0 else (a + b) / 2
+        value = snap(spec, middle)
+        if not _equal(float(value), a) and not _equal(float(value), b):
+            out.append({**best.params, diff[0]: value})
     return out
-
-
-def _edges(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> list[Params]:
-    """A number whose larger values buy throughput until an SLO breaks (a running cap against a
-    TPOT limit) has its best value at the SLO's edge, between the best trial and the nearest
-    trial past the edge: bisect it, as the window between two broken SLOs is bisected."""
-    best = scored[0][0]
-    if not best.values:
-        return []
-    out: list[Params] = []
-    for t, s in scored[1:]:
-        past = s[0] == 0 and t.state == TrialState.COMPLETE and bool(t.values)
-        if past and t.values[0] > best.values[0]:
-            middle = _halfway(space, best, t)
-            if middle is not None:
-                out.append(middle)
-    return out
-
-
-def _halfway(space: SearchSpace, base: FrozenTrial, other: FrozenTrial) -> Params | None:
-    """`base`'s params with the one number in which `other` differs set halfway between the two
-    (geometric on a log range); None when they differ otherwise or no value lies between."""
-    diff = [k for k in set(other.params) | set(base.params)
-            if repr(other.params.get(k)) != repr(base.params.get(k))]  # fmt: skip
-    if len(diff) != 1 or space.params[diff[0]].kind not in ("int", "float"):
-        return None
-    spec, a, b = space.params[diff[0]], float(base.params[diff[0]]), float(other.params[diff[0]])
-    middle = math.sqrt(a * b) if spec.log and a > 0 and b > 0 else (a + b) / 2
-    value = snap(spec, middle)
-    if _equal(float(value), a) or _equal(float(value), b):
-        return None
-    return {**base.params, diff[0]: value}
 
 
 def _child(space: SearchSpace, name: str, parent: str) -> bool:
