@@ -3,7 +3,9 @@
     python benchmarks/search_ab.py WORLD SPACE SEEDS JOBS OPTIMUM VARIANT...
 
 VARIANT is a name, alone for the default, or NAME=FIELD:VALUE,... with fields of
-`LocalSearchConfig` (tuner/study/local_search.py), e.g. `nowin=window_level:None`. OPTIMUM is the
+`LocalSearchConfig` (tuner/study/local_search.py), e.g. `nowin=window_level:None`; a name of the
+form METHOD/NAME runs that quality method (`model-free/edges=edge_level:0.5`) instead of the
+default. OPTIMUM is the
 cell's optimum in tok/s (the quality benchmark's table gives it). Prints, per variant, the
 median and per-seed fraction of the optimum after 20 and 40 launched trials.
 """
@@ -42,7 +44,8 @@ def _study(task: tuple[str, str, int, str]) -> tuple[str, float, float]:
     space = world_space(space_name, world)
     oracle = Oracle(space, OracleCache(space, default_store()))
     name, fields = _parse(variant)
-    method = next(m for m in METHODS if m.name == "default")
+    method_name = name.split("/")[0] if "/" in name else "default"
+    method = next(m for m in METHODS if m.name == method_name)
     if fields:
         method = replace(method, guide=(("local_search", LocalSearchConfig(**fields)),))
     run = study.run_study(method, seed, 40, space, oracle, NoiseModel(0.02, 0.02, 0.05))

@@ -309,3 +309,83 @@ def test_between_two_trials_that_break_different_slos_the_number_halfway_comes_f
     assert proposal == {**START, "max_running_requests": 8}  # sqrt(4 x 16) on the log range
     off = LocalSearch(space, LocalSearchConfig(window_level=None), seed=0).propose(trials, tried)
     assert off != proposal
+
+
+def test_between_the_best_trial_and_one_past_an_slos_edge_the_number_halfway_comes_first():
+    """tpot-8b: a running cap buys throughput until p99 TPOT passes its limit; the best cap is
+    on that edge, between the best feasible trial and the nearest one past it."""
+    space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    cap = optuna.distributions.IntDistribution(1, 16, log=True)
+    others = {
+        "speculative_algorithm": optuna.distributions.CategoricalDistribution([None, "NEXTN"]),
+        "mem_fraction_static": optuna.distributions.FloatDistribution(0.7, 0.95, step=0.01),
+        "chunked_prefill_size": optuna.distributions.CategoricalDistribution(
+            [2048, 4096, 8192, 16384]
+        ),
+    }
+    for running, tpot in ((4, -0.2), (16, 0.3)):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={**START, "max_running_requests": running},
+                distributions={**others, "max_running_requests": cap},
+                values=[100.0 * running, 10.0],
+                user_attrs={
+                    record.OUTCOME: record.OUTCOME_OK,
+                    record.METRICS: {"output_throughput": 100.0 * running},
+                    record.CONSTRAINTS: {"launch": 0.0, "slo:p99_tpot_ms": tpot},
+                },
+                system_attrs={"constraints": [0.0, tpot]},
+            )
+        )
+    trials = study.get_trials(deepcopy=False)
+    tried = {key(t.params) for t in trials}
+    proposal = LocalSearch(space, seed=0).propose(trials, tried)
+    assert proposal == {**START, "max_running_requests": 8}  # sqrt(4 x 16) on the log range
+    off = LocalSearch(space, LocalSearchConfig(edge_level=None), seed=0).propose(trials, tried)
+    assert off != proposal
+
+
+def test_a_halfway_number_that_switches_a_param_on_proposes_it_too():
+    """Window moves bisect draft steps 2 and 4 to 3, where adaptive speculation is a choice: the
+    proposal carries it (at its first choice). Without it the sampler drew one, the proposal
+    never matched the trial it became, and it was proposed again until the study gave up
+    after 50 repeats (benchmarks/search_ab.py, slow constants at 10 s, model-free seed 8)."""
+    adaptive = {"choices": [None, True], "when": {"speculative_num_steps": [1, 3, 5]}}
+    params = {**SPACE["params"], "speculative_adaptive": adaptive}
+    space = space_from_dict(
+        {**SPACE, "params": params, "slos": SPACE["slos"] + ["p99_tpot_ms <= 11"]}
+    )
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    dists = {
+        "speculative_algorithm": optuna.distributions.CategoricalDistribution([None, "NEXTN"]),
+        "speculative_num_steps": optuna.distributions.IntDistribution(1, 5),
+        "mem_fraction_static": optuna.distributions.FloatDistribution(0.7, 0.95, step=0.01),
+        "max_running_requests": optuna.distributions.IntDistribution(1, 16, log=True),
+        "chunked_prefill_size": optuna.distributions.CategoricalDistribution(
+            [2048, 4096, 8192, 16384]
+        ),
+    }
+    base = {**START, "speculative_algorithm": "NEXTN"}
+    # Fewer draft steps: the TTFT tail over its limit; more: every token over the TPOT one.
+    for steps, ttft, tpot in ((2, 0.2, -0.1), (4, -0.1, 0.3)):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={**base, "speculative_num_steps": steps},
+                distributions=dists,
+                values=[100.0 * steps, 10.0],
+                user_attrs={
+                    record.OUTCOME: record.OUTCOME_OK,
+                    record.METRICS: {"output_throughput": 100.0 * steps},
+                    record.CONSTRAINTS: {
+                        "launch": 0.0,
+                        "slo:p99_ttft_ms": ttft,
+                        "slo:p99_tpot_ms": tpot,
+                    },
+                },
+                system_attrs={"constraints": [0.0, ttft, tpot]},
+            )
+        )
+    trials = study.get_trials(deepcopy=False)
+    proposal = LocalSearch(space, seed=0).propose(trials, {key(t.params) for t in trials})
+    assert proposal == {**base, "speculative_num_steps": 3, "speculative_adaptive": None}

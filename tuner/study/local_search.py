@@ -29,7 +29,10 @@ best trial's moves come next (a restart).
 
 While no trial meets every SLO, and the best one and a trial one number away from it break
 different SLOs (a running cap too low for the TTFT tail, too high for TPOT), the number halfway
-between them comes first (a *window* move): the SLOs can hold only between the two.
+between them comes first (a *window* move): the SLOs can hold only between the two. Once the
+best trial meets the SLOs, a trial one number away from it with more throughput that breaks one
+is bisected against it the same way (an *edge* move): the best value of such a number sits on
+the SLO's edge between the two.
 
 A trial over a TTFT SLO of a closed loop that ran fewer requests at once than there are clients
 (its measured capacity) moves first towards more running slots (a larger memory fraction, a
@@ -71,6 +74,14 @@ class LocalSearchConfig:
     # the best feasible one, the one that violates its SLOs least (the optimum often sits on
     # the SLO boundary, between those and the feasible ones).
     boundary_offset: float | None = 0.5  # None: no moves from the boundary trial
+    # Two SLO-feasible trials whose throughputs differ by less than this share are a tie: the
+    # run-to-run spread of one configuration (sglang, identical fixed-seed input: a coefficient
+    # of variation of 0.1-2.5% by concurrency, vllm-project/vllm issue 53436). A tie says
+    # nothing about a move (`_move_effects`), and a trial that only ties the best one does not
+    # become the base of the moves: the earliest of the tied trials stays it, so that a flag
+    # that cannot change the run (a memory fraction whose pool never fills) does not hand the
+    # base to a copy of it whose every move is untried. 0: off.
+    tie: float = 0.0
     # Levels a move gains that gives a trial over a TTFT SLO more running slots, while fewer
     # slots than clients ran (queueing is what the tail waits on; see `_more_slots`).
     slots_bonus: float = 1.5
@@ -89,6 +100,9 @@ class LocalSearchConfig:
     # number halfway between the two (geometric on a log range) is tried first, before the
     # extension of the last move that paid off (-10), which would cross the window. None: off.
     window_level: float | None = -20.0
+    # Level of an *edge* move: once the best trial meets the SLOs, the same bisection between it
+    # and a trial one number away with more throughput that breaks one (`_edges`). None: off.
+    edge_level: float | None = -20.0
 
 
 @dataclass(frozen=True)
@@ -121,7 +135,8 @@ class LocalSearch:
         if not scored:
             return None
         scored.sort(key=lambda ts: ts[1], reverse=True)
-        effects = _move_effects(self.space, trials, self.config.infeasible_effects)
+        scored = _sticky(scored, self.config.tie)
+        effects = _move_effects(self.space, trials, self.config.infeasible_effects, self.config.tie)
         self._trend = Trend.fit(self.space, trials) if self.config.trend_weight else None
         if self._trend is not None and self._trend.size < self.config.trend_from:
             self._trend = None
@@ -131,6 +146,10 @@ class LocalSearch:
             level = self.config.window_level
             windows = [p for p in _windows(self.space, scored) if key(p) not in tried]
             options += [(level, 0.0, self.rng.random(), p) for p in windows]
+        if self.config.edge_level is not None:
+            level = self.config.edge_level
+            edges = [p for p in _edges(self.space, scored) if key(p) not in tried]
+            options += [(level, 0.0, self.rng.random(), p) for p in edges]
         for branch, name in self._branches(best, scored):
             options += self._from(branch, scored, effects, tried, keep=name)
         boundary = _boundary(scored) if self.config.boundary_offset is not None else None
@@ -430,6 +449,26 @@ def standing(t: FrozenTrial) -> Standing | None:
     return None
 
 
+def _tied(a: Standing, b: Standing, tie: float) -> bool:
+    """Both SLO-feasible, throughputs within `tie` of each other (LocalSearchConfig.tie)."""
+    if tie <= 0 or a[0] != 1 or b[0] != 1:
+        return False
+    return abs(a[1] - b[1]) < tie * max(abs(a[1]), abs(b[1]))
+
+
+def _sticky(
+    scored: list[tuple[FrozenTrial, Standing]], tie: float
+) -> list[tuple[FrozenTrial, Standing]]:
+    """`scored` (best first) with the base of the moves first: of the SLO-feasible trials that
+    tie the best one, the earliest (LocalSearchConfig.tie)."""
+    top = scored[0][1]
+    tied = [ts for ts in scored if _tied(ts[1], top, tie)]
+    if not tied:
+        return scored
+    first = min(tied, key=lambda ts: ts[0].number)
+    return [first, *(ts for ts in scored if ts is not first)]
+
+
 def _outcome(t: FrozenTrial) -> Standing:
     """A trial's standing for comparisons: crashed, skipped and pruned ones rank lowest."""
     return standing(t) or (-1, 0.0)
@@ -448,7 +487,7 @@ def _context(
 
 
 def _move_effects(
-    space: SearchSpace, trials: Sequence[FrozenTrial], infeasible: bool = True
+    space: SearchSpace, trials: Sequence[FrozenTrial], infeasible: bool = True, tie: float = 0.0
 ) -> dict[Effect, float]:
     """(param, from value, to value, context) -> +1 when a trial that differed from another only
     in that param (and in the params it switches) was better for the change, -1 when worse (the
@@ -478,6 +517,8 @@ def _move_effects(
                     continue
                 sa, sb = _outcome(a), _outcome(b)
                 if sa == sb or (not infeasible and sa[0] < 1 and sb[0] < 1):
+                    continue
+                if _tied(sa, sb, tie):
                     continue
                 ca, cb = _context(space, a.params, name), _context(space, b.params, name)
                 if any(v != dict(cb)[k] for k, v in ca if k in dict(cb)):
@@ -554,16 +595,45 @@ def _windows(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> 
         other = _broken(t)
         if s[0] != 0 or not other or other & broken:
             continue
-        diff = [k for k in set(t.params) | set(best.params)
-                if repr(t.params.get(k)) != repr(best.params.get(k))]  # fmt: skip
-        if len(diff) != 1 or space.params[diff[0]].kind not in ("int", "float"):
-            continue
-        spec, a, b = space.params[diff[0]], float(best.params[diff[0]]), float(t.params[diff[0]])
-        middle = math.sqrt(a * b) if spec.log and a > 0 and b > 0 else (a + b) / 2
-        value = snap(spec, middle)
-        if not _equal(float(value), a) and not _equal(float(value), b):
-            out.append({**best.params, diff[0]: value})
+        middle = _halfway(space, best, t)
+        if middle is not None:
+            out.append(middle)
     return out
+
+
+def _edges(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> list[Params]:
+    """A number whose larger values buy throughput until an SLO breaks (a running cap against a
+    TPOT limit) has its best value at the SLO's edge, between the best trial and the nearest
+    trial past the edge: bisect it, as the window between two broken SLOs is bisected."""
+    best, mine = scored[0]
+    if mine[0] != 1 or not best.values:
+        return []
+    out: list[Params] = []
+    for t, s in scored[1:]:
+        past = s[0] == 0 and t.state == TrialState.COMPLETE and bool(t.values)
+        if past and t.values[0] > best.values[0]:
+            middle = _halfway(space, best, t)
+            if middle is not None:
+                out.append(middle)
+    return out
+
+
+def _halfway(space: SearchSpace, base: FrozenTrial, other: FrozenTrial) -> Params | None:
+    """`base`'s params with the one number in which `other` differs set halfway between the two
+    (geometric on a log range); None when they differ otherwise or no value lies between."""
+    diff = [k for k in set(other.params) | set(base.params)
+            if repr(other.params.get(k)) != repr(base.params.get(k))]  # fmt: skip
+    if len(diff) != 1 or space.params[diff[0]].kind not in ("int", "float"):
+        return None
+    spec, a, b = space.params[diff[0]], float(base.params[diff[0]]), float(other.params[diff[0]])
+    middle = math.sqrt(a * b) if spec.log and a > 0 and b > 0 else (a + b) / 2
+    value = snap(spec, middle)
+    if _equal(float(value), a) or _equal(float(value), b):
+        return None
+    # Params the new value switches on (adaptive speculation at 3 draft steps, not at 2 or 4)
+    # take a value here: left out, the sampler would draw one, and the proposal would never
+    # match the trial it becomes, so it would be proposed again and again.
+    return complete(space, {**base.params, diff[0]: value}, base.params)
 
 
 def _child(space: SearchSpace, name: str, parent: str) -> bool:
