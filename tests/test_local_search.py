@@ -273,35 +273,43 @@ def test_while_no_trial_meets_the_slos_the_estimate_does_not_rank_the_moves(spac
     assert proposal is not None
 
 
+_DISTRIBUTIONS = {
+    "speculative_algorithm": optuna.distributions.CategoricalDistribution([None, "NEXTN"]),
+    "speculative_num_steps": optuna.distributions.IntDistribution(1, 5),
+    "mem_fraction_static": optuna.distributions.FloatDistribution(0.7, 0.95, step=0.01),
+    "max_running_requests": optuna.distributions.IntDistribution(1, 16, log=True),
+    "chunked_prefill_size": optuna.distributions.CategoricalDistribution([2048, 4096, 8192, 16384]),
+}
+
+
+def _measured(study: optuna.Study, params: dict, throughput: float, slos: dict[str, float]) -> None:
+    """A completed trial of `params` with its SLO constraints graded (> 0: violated)."""
+    constraints = {"launch": 0.0, **{f"slo:{k}": v for k, v in slos.items()}}
+    study.add_trial(
+        optuna.trial.create_trial(
+            params=params,
+            distributions={k: _DISTRIBUTIONS[k] for k in params},
+            values=[throughput, 10.0],
+            user_attrs={
+                record.OUTCOME: record.OUTCOME_OK,
+                record.METRICS: {"output_throughput": throughput},
+                record.CONSTRAINTS: constraints,
+            },
+            system_attrs={"constraints": list(constraints.values())},
+        )
+    )
+
+
 def test_between_two_trials_that_break_different_slos_the_number_halfway_comes_first():
     space = space_from_dict({**SPACE, "slos": ["p99_ttft_ms <= 3000", "p99_tpot_ms <= 11"]})
     study = optuna.create_study(directions=["maximize", "minimize"])
-    cap = optuna.distributions.IntDistribution(1, 16, log=True)
-    others = {
-        "speculative_algorithm": optuna.distributions.CategoricalDistribution([None, "NEXTN"]),
-        "mem_fraction_static": optuna.distributions.FloatDistribution(0.7, 0.95, step=0.01),
-        "chunked_prefill_size": optuna.distributions.CategoricalDistribution(
-            [2048, 4096, 8192, 16384]
-        ),
-    }
     # Too few slots queue the TTFT tail; too many slow every token past the TPOT limit.
     for running, ttft, tpot in ((4, 0.2, -0.1), (16, -0.1, 0.3)):
-        study.add_trial(
-            optuna.trial.create_trial(
-                params={**START, "max_running_requests": running},
-                distributions={**others, "max_running_requests": cap},
-                values=[100.0 * running, 10.0],
-                user_attrs={
-                    record.OUTCOME: record.OUTCOME_OK,
-                    record.METRICS: {"output_throughput": 100.0 * running},
-                    record.CONSTRAINTS: {
-                        "launch": 0.0,
-                        "slo:p99_ttft_ms": ttft,
-                        "slo:p99_tpot_ms": tpot,
-                    },
-                },
-                system_attrs={"constraints": [0.0, ttft, tpot]},
-            )
+        _measured(
+            study,
+            {**START, "max_running_requests": running},
+            100.0 * running,
+            {"p99_ttft_ms": ttft, "p99_tpot_ms": tpot},
         )
     trials = study.get_trials(deepcopy=False)
     tried = {key(t.params) for t in trials}
@@ -316,27 +324,12 @@ def test_between_the_best_trial_and_one_past_an_slos_edge_the_number_halfway_com
     on that edge, between the best feasible trial and the nearest one past it."""
     space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
     study = optuna.create_study(directions=["maximize", "minimize"])
-    cap = optuna.distributions.IntDistribution(1, 16, log=True)
-    others = {
-        "speculative_algorithm": optuna.distributions.CategoricalDistribution([None, "NEXTN"]),
-        "mem_fraction_static": optuna.distributions.FloatDistribution(0.7, 0.95, step=0.01),
-        "chunked_prefill_size": optuna.distributions.CategoricalDistribution(
-            [2048, 4096, 8192, 16384]
-        ),
-    }
     for running, tpot in ((4, -0.2), (16, 0.3)):
-        study.add_trial(
-            optuna.trial.create_trial(
-                params={**START, "max_running_requests": running},
-                distributions={**others, "max_running_requests": cap},
-                values=[100.0 * running, 10.0],
-                user_attrs={
-                    record.OUTCOME: record.OUTCOME_OK,
-                    record.METRICS: {"output_throughput": 100.0 * running},
-                    record.CONSTRAINTS: {"launch": 0.0, "slo:p99_tpot_ms": tpot},
-                },
-                system_attrs={"constraints": [0.0, tpot]},
-            )
+        _measured(
+            study,
+            {**START, "max_running_requests": running},
+            100.0 * running,
+            {"p99_tpot_ms": tpot},
         )
     trials = study.get_trials(deepcopy=False)
     tried = {key(t.params) for t in trials}
@@ -353,38 +346,17 @@ def test_a_halfway_number_that_switches_a_param_on_proposes_it_too():
     after 50 repeats (benchmarks/search_ab.py, slow constants at 10 s, model-free seed 8)."""
     adaptive = {"choices": [None, True], "when": {"speculative_num_steps": [1, 3, 5]}}
     params = {**SPACE["params"], "speculative_adaptive": adaptive}
-    space = space_from_dict(
-        {**SPACE, "params": params, "slos": SPACE["slos"] + ["p99_tpot_ms <= 11"]}
-    )
+    slos = [*SPACE["slos"], "p99_tpot_ms <= 11"]
+    space = space_from_dict({**SPACE, "params": params, "slos": slos})
     study = optuna.create_study(directions=["maximize", "minimize"])
-    dists = {
-        "speculative_algorithm": optuna.distributions.CategoricalDistribution([None, "NEXTN"]),
-        "speculative_num_steps": optuna.distributions.IntDistribution(1, 5),
-        "mem_fraction_static": optuna.distributions.FloatDistribution(0.7, 0.95, step=0.01),
-        "max_running_requests": optuna.distributions.IntDistribution(1, 16, log=True),
-        "chunked_prefill_size": optuna.distributions.CategoricalDistribution(
-            [2048, 4096, 8192, 16384]
-        ),
-    }
     base = {**START, "speculative_algorithm": "NEXTN"}
     # Fewer draft steps: the TTFT tail over its limit; more: every token over the TPOT one.
     for steps, ttft, tpot in ((2, 0.2, -0.1), (4, -0.1, 0.3)):
-        study.add_trial(
-            optuna.trial.create_trial(
-                params={**base, "speculative_num_steps": steps},
-                distributions=dists,
-                values=[100.0 * steps, 10.0],
-                user_attrs={
-                    record.OUTCOME: record.OUTCOME_OK,
-                    record.METRICS: {"output_throughput": 100.0 * steps},
-                    record.CONSTRAINTS: {
-                        "launch": 0.0,
-                        "slo:p99_ttft_ms": ttft,
-                        "slo:p99_tpot_ms": tpot,
-                    },
-                },
-                system_attrs={"constraints": [0.0, ttft, tpot]},
-            )
+        _measured(
+            study,
+            {**base, "speculative_num_steps": steps},
+            100.0 * steps,
+            {"p99_ttft_ms": ttft, "p99_tpot_ms": tpot},
         )
     trials = study.get_trials(deepcopy=False)
     proposal = LocalSearch(space, seed=0).propose(trials, {key(t.params) for t in trials})

@@ -74,14 +74,6 @@ class LocalSearchConfig:
     # the best feasible one, the one that violates its SLOs least (the optimum often sits on
     # the SLO boundary, between those and the feasible ones).
     boundary_offset: float | None = 0.5  # None: no moves from the boundary trial
-    # Two SLO-feasible trials whose throughputs differ by less than this share are a tie: the
-    # run-to-run spread of one configuration (sglang, identical fixed-seed input: a coefficient
-    # of variation of 0.1-2.5% by concurrency, vllm-project/vllm issue 53436). A tie says
-    # nothing about a move (`_move_effects`), and a trial that only ties the best one does not
-    # become the base of the moves: the earliest of the tied trials stays it, so that a flag
-    # that cannot change the run (a memory fraction whose pool never fills) does not hand the
-    # base to a copy of it whose every move is untried. 0: off.
-    tie: float = 0.0
     # Levels a move gains that gives a trial over a TTFT SLO more running slots, while fewer
     # slots than clients ran (queueing is what the tail waits on; see `_more_slots`).
     slots_bonus: float = 1.5
@@ -135,8 +127,7 @@ class LocalSearch:
         if not scored:
             return None
         scored.sort(key=lambda ts: ts[1], reverse=True)
-        scored = _sticky(scored, self.config.tie)
-        effects = _move_effects(self.space, trials, self.config.infeasible_effects, self.config.tie)
+        effects = _move_effects(self.space, trials, self.config.infeasible_effects)
         self._trend = Trend.fit(self.space, trials) if self.config.trend_weight else None
         if self._trend is not None and self._trend.size < self.config.trend_from:
             self._trend = None
@@ -449,26 +440,6 @@ def standing(t: FrozenTrial) -> Standing | None:
     return None
 
 
-def _tied(a: Standing, b: Standing, tie: float) -> bool:
-    """Both SLO-feasible, throughputs within `tie` of each other (LocalSearchConfig.tie)."""
-    if tie <= 0 or a[0] != 1 or b[0] != 1:
-        return False
-    return abs(a[1] - b[1]) < tie * max(abs(a[1]), abs(b[1]))
-
-
-def _sticky(
-    scored: list[tuple[FrozenTrial, Standing]], tie: float
-) -> list[tuple[FrozenTrial, Standing]]:
-    """`scored` (best first) with the base of the moves first: of the SLO-feasible trials that
-    tie the best one, the earliest (LocalSearchConfig.tie)."""
-    top = scored[0][1]
-    tied = [ts for ts in scored if _tied(ts[1], top, tie)]
-    if not tied:
-        return scored
-    first = min(tied, key=lambda ts: ts[0].number)
-    return [first, *(ts for ts in scored if ts is not first)]
-
-
 def _outcome(t: FrozenTrial) -> Standing:
     """A trial's standing for comparisons: crashed, skipped and pruned ones rank lowest."""
     return standing(t) or (-1, 0.0)
@@ -487,7 +458,7 @@ def _context(
 
 
 def _move_effects(
-    space: SearchSpace, trials: Sequence[FrozenTrial], infeasible: bool = True, tie: float = 0.0
+    space: SearchSpace, trials: Sequence[FrozenTrial], infeasible: bool = True
 ) -> dict[Effect, float]:
     """(param, from value, to value, context) -> +1 when a trial that differed from another only
     in that param (and in the params it switches) was better for the change, -1 when worse (the
@@ -517,8 +488,6 @@ def _move_effects(
                     continue
                 sa, sb = _outcome(a), _outcome(b)
                 if sa == sb or (not infeasible and sa[0] < 1 and sb[0] < 1):
-                    continue
-                if _tied(sa, sb, tie):
                     continue
                 ca, cb = _context(space, a.params, name), _context(space, b.params, name)
                 if any(v != dict(cb)[k] for k, v in ca if k in dict(cb)):
