@@ -5,9 +5,9 @@
 VARIANT is a name, alone for the default, or NAME=FIELD:VALUE,... with fields of
 `LocalSearchConfig` (tuner/study/local_search.py), e.g. `nowin=window_level:None`; a name of the
 form METHOD/NAME runs that quality method (`model-free/edges=edge_level:0.5`) instead of the
-default. OPTIMUM is the
-cell's optimum in tok/s (the quality benchmark's table gives it). Prints, per variant, the
-median and per-seed fraction of the optimum after 20 and 40 launched trials.
+default. OPTIMUM is the cell's optimum in tok/s (the quality benchmark's table gives it).
+Prints, per variant, the median and per-seed fraction of the optimum after 20 and 40 launched
+trials.
 """
 
 from __future__ import annotations

@@ -161,31 +161,37 @@ ADAPTIVE_SPACE = {
 }
 
 
-def _trial(study: optuna.Study, params: dict, throughput: float) -> None:
-    """A finished, SLO-feasible trial with these params and this throughput."""
-    dists = {
-        "speculative_algorithm": optuna.distributions.CategoricalDistribution([None, "NEXTN"]),
-        "speculative_num_steps": optuna.distributions.IntDistribution(1, 5),
-        "speculative_adaptive": optuna.distributions.CategoricalDistribution([None, True]),
-        "mem_fraction_static": optuna.distributions.FloatDistribution(0.7, 0.95, step=0.01),
-        "max_running_requests": optuna.distributions.IntDistribution(1, 16, log=True),
-        "chunked_prefill_size": optuna.distributions.CategoricalDistribution(
-            [2048, 4096, 8192, 16384]
-        ),
-    }
+_DISTRIBUTIONS = {
+    "speculative_algorithm": optuna.distributions.CategoricalDistribution([None, "NEXTN"]),
+    "speculative_num_steps": optuna.distributions.IntDistribution(1, 5),
+    "speculative_adaptive": optuna.distributions.CategoricalDistribution([None, True]),
+    "mem_fraction_static": optuna.distributions.FloatDistribution(0.7, 0.95, step=0.01),
+    "max_running_requests": optuna.distributions.IntDistribution(1, 16, log=True),
+    "chunked_prefill_size": optuna.distributions.CategoricalDistribution([2048, 4096, 8192, 16384]),
+}
+
+
+def _measured(study: optuna.Study, params: dict, throughput: float, slos: dict[str, float]) -> None:
+    """A completed trial of `params` with its SLO constraints graded (> 0: violated)."""
+    constraints = {"launch": 0.0, **{f"slo:{k}": v for k, v in slos.items()}}
     study.add_trial(
         optuna.trial.create_trial(
             params=params,
-            distributions={k: dists[k] for k in params},
+            distributions={k: _DISTRIBUTIONS[k] for k in params},
             values=[throughput, 10.0],
             user_attrs={
                 record.OUTCOME: record.OUTCOME_OK,
                 record.METRICS: {"output_throughput": throughput},
-                record.CONSTRAINTS: {"launch": 0.0, "slo:p99_ttft_ms": -0.5},
+                record.CONSTRAINTS: constraints,
             },
-            system_attrs={"constraints": [0.0, -0.5]},
+            system_attrs={"constraints": list(constraints.values())},
         )
     )
+
+
+def _trial(study: optuna.Study, params: dict, throughput: float) -> None:
+    """A finished, SLO-feasible trial with these params and this throughput."""
+    _measured(study, params, throughput, {"p99_ttft_ms": -0.5})
 
 
 def test_a_param_moves_with_each_choice_of_a_param_it_switches():
@@ -271,33 +277,6 @@ def test_while_no_trial_meets_the_slos_the_estimate_does_not_rank_the_moves(spac
     trials = study.get_trials(deepcopy=False)
     proposal = guide._polish(trials, {key(t.params) for t in trials})
     assert proposal is not None
-
-
-_DISTRIBUTIONS = {
-    "speculative_algorithm": optuna.distributions.CategoricalDistribution([None, "NEXTN"]),
-    "speculative_num_steps": optuna.distributions.IntDistribution(1, 5),
-    "mem_fraction_static": optuna.distributions.FloatDistribution(0.7, 0.95, step=0.01),
-    "max_running_requests": optuna.distributions.IntDistribution(1, 16, log=True),
-    "chunked_prefill_size": optuna.distributions.CategoricalDistribution([2048, 4096, 8192, 16384]),
-}
-
-
-def _measured(study: optuna.Study, params: dict, throughput: float, slos: dict[str, float]) -> None:
-    """A completed trial of `params` with its SLO constraints graded (> 0: violated)."""
-    constraints = {"launch": 0.0, **{f"slo:{k}": v for k, v in slos.items()}}
-    study.add_trial(
-        optuna.trial.create_trial(
-            params=params,
-            distributions={k: _DISTRIBUTIONS[k] for k in params},
-            values=[throughput, 10.0],
-            user_attrs={
-                record.OUTCOME: record.OUTCOME_OK,
-                record.METRICS: {"output_throughput": throughput},
-                record.CONSTRAINTS: constraints,
-            },
-            system_attrs={"constraints": list(constraints.values())},
-        )
-    )
 
 
 def test_between_two_trials_that_break_different_slos_the_number_halfway_comes_first():

@@ -133,14 +133,14 @@ class LocalSearch:
             self._trend = None
         best = scored[0][0]
         options = self._from(best, scored, effects, tried)
-        if self.config.window_level is not None:
-            level = self.config.window_level
-            windows = [p for p in _windows(self.space, scored) if key(p) not in tried]
-            options += [(level, 0.0, self.rng.random(), p) for p in windows]
-        if self.config.edge_level is not None:
-            level = self.config.edge_level
-            edges = [p for p in _edges(self.space, scored) if key(p) not in tried]
-            options += [(level, 0.0, self.rng.random(), p) for p in edges]
+        # Bisections: while no trial meets the SLOs (windows), and once the best one does (edges).
+        for level, bisect in (
+            (self.config.window_level, _windows),
+            (self.config.edge_level, _edges),
+        ):
+            if level is not None:
+                found = [p for p in bisect(self.space, scored) if key(p) not in tried]
+                options += [(level, 0.0, self.rng.random(), p) for p in found]
         for branch, name in self._branches(best, scored):
             options += self._from(branch, scored, effects, tried, keep=name)
         boundary = _boundary(scored) if self.config.boundary_offset is not None else None
