@@ -15,6 +15,7 @@ from tuner.study.guide import Guide, GuideConfig
 from tuner.study.local_search import (
     LocalSearch,
     LocalSearchConfig,
+    _move_effects,
     complete,
     key,
     moves,
@@ -171,8 +172,15 @@ _DISTRIBUTIONS = {
 }
 
 
-def _measured(study: optuna.Study, params: dict, throughput: float, slos: dict[str, float]) -> None:
-    """A completed trial of `params` with its SLO constraints graded (> 0: violated)."""
+def _measured(
+    study: optuna.Study,
+    params: dict,
+    throughput: float,
+    slos: dict[str, float],
+    repeat: dict | None = None,
+) -> None:
+    """A completed trial of `params` with its SLO constraints graded (> 0: violated); with
+    `repeat`, the user attributes that make it a repeat of another trial."""
     constraints = {"launch": 0.0, **{f"slo:{k}": v for k, v in slos.items()}}
     study.add_trial(
         optuna.trial.create_trial(
@@ -183,6 +191,7 @@ def _measured(study: optuna.Study, params: dict, throughput: float, slos: dict[s
                 record.OUTCOME: record.OUTCOME_OK,
                 record.METRICS: {"output_throughput": throughput},
                 record.CONSTRAINTS: constraints,
+                **(repeat or {}),
             },
             system_attrs={"constraints": list(constraints.values())},
         )
@@ -340,3 +349,22 @@ def test_a_halfway_number_that_switches_a_param_on_proposes_it_too():
     trials = study.get_trials(deepcopy=False)
     proposal = LocalSearch(space, seed=0).propose(trials, {key(t.params) for t in trials})
     assert proposal == {**base, "speculative_num_steps": 3, "speculative_adaptive": None}
+
+
+def test_a_same_run_repeat_tells_the_search_its_move_changed_nothing(space):
+    """A repeat of identical flags says nothing new; a same-run repeat (tuner/trial/same_run.py)
+    says its own params ran the measured run, so it ranks, and its moves count, as that run."""
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    feasible = {"p99_ttft_ms": -0.5}
+    _measured(study, START, 400.0, feasible)
+    same_run = {record.DUPLICATE_OF: 0, record.SAME_RUN: "memory fraction 0.8 vs 0.87: ..."}
+    _measured(study, {**START, "mem_fraction_static": 0.8}, 400.0, feasible, same_run)
+    _measured(study, START, 400.0, feasible, {record.DUPLICATE_OF: 0})
+    low, identical = study.trials[1:]
+    assert standing(low) == (1, 400.0) and standing(identical) is None
+    # From the same-run repeat, a larger chunk was worse: the move is known there too.
+    _measured(
+        study, {**START, "mem_fraction_static": 0.8, "chunked_prefill_size": 16384}, 300.0, feasible
+    )
+    effects = _move_effects(space, study.trials)
+    assert effects[("chunked_prefill_size", "8192", "16384", ())] == -1.0

@@ -75,6 +75,11 @@ def test_the_model_learns_an_interaction_the_estimate_leaves_out(world):
     pick, gain = found
     assert key(pick) not in tried and gain > 0
     assert _boosted(pick)
+    # A pick whose run a trial already measured (tuner/trial/same_run.py) is passed over for
+    # the next best; with every candidate's run measured there is no pick.
+    second = model.best(pool, tried, known=lambda p: key(p) == key(pick))
+    assert second is not None and key(second[0]) != key(pick) and second[1] <= gain
+    assert model.best(pool, tried, known=lambda p: True) is None
     # The estimate alone does not see it: its own best of the pool is another configuration
     # whenever the best boosted one scores below it, and the model ranks them the other way.
     by_estimate = max(pool, key=lambda p: estimator.score(flags(p)))

@@ -9,13 +9,14 @@ from pathlib import Path
 import optuna
 import yaml
 
+from tuner.bench.workload import WorkloadSpec
 from tuner.engines.model_config import ModelMemory, read_config
 from tuner.results import record
 from tuner.study.budget import counts
-from tuner.trial.same_run import SameRunRules, decode_graph_sizes_from
+from tuner.trial.same_run import SameRunRules, decode_graph_sizes_from, resident_token_bound
 
 ROOT = Path(__file__).resolve().parents[1]
-PLAIN = SameRunRules(clients=16, full_attention_only=True)
+PLAIN = SameRunRules(clients=16, full_attention_only=True, gpu_memory_gb=141.0)
 BASE = {"model_path": "Qwen/Qwen3-8B", "mem_fraction_static": 0.85}
 
 
@@ -44,11 +45,143 @@ def test_what_keeps_two_caps_apart():
     open_loop = SameRunRules(clients=None, full_attention_only=True)
     assert open_loop.repeats(flags(64), flags(128)) is None
     # 20 clients: batches of 17-20 pad to the cap 20 itself, to 24 under a cap of 128.
-    twenty = SameRunRules(clients=20, full_attention_only=True)
+    twenty = SameRunRules(clients=20, full_attention_only=True, gpu_memory_gb=141.0)
     assert decode_graph_sizes_from(20) == 24
     assert twenty.repeats(flags(20), flags(128)) is None
     assert twenty.repeats(flags(24), flags(128)) is not None
     assert twenty.repeats(flags(20, disable_cuda_graph=True), flags(128, disable_cuda_graph=True))
+
+
+# 64 clients on Qwen3-8B (147,456 KV bytes a token) on a 141 GB GPU, a workload that can hold
+# at most 200,000 tokens: a pool of 560,000 at a fraction of 0.80 holds it.
+H200 = SameRunRules(
+    clients=64,
+    full_attention_only=True,
+    gpu_memory_gb=141.0,
+    kv_bytes_per_token=147456.0,
+    resident_tokens=200_000,
+)
+POOL = {"max_total_num_tokens": 560_000, "max_running_requests": 64}
+_QWEN3_8B = ModelMemory.from_hf_config(read_config(ROOT / "tuner/sim/profiles/model/qwen3-8b"))
+
+
+def h200(fraction: float, limit: int | None = None, cap: int = 64) -> dict[str, object]:
+    return flags(cap, mem_fraction_static=fraction, cuda_graph_max_bs_decode=limit)
+
+
+def test_a_smaller_memory_fraction_repeats_when_both_pools_hold_the_whole_workload():
+    reason = H200.repeats(h200(0.80), h200(0.90), POOL)
+    assert reason is not None and "memory fraction 0.8 vs 0.9" in reason
+    assert "200,000 tokens" in reason
+    # 0.10 of the GPU is 13.1 GiB, 95,600 tokens less: 464,000 still hold 1.1 x 200,000.
+    assert H200.capacity(POOL, h200(0.80), h200(0.90))["max_total_num_tokens"] < 465_000
+    # A larger fraction needs memory the measured launch never had.
+    assert H200.repeats(h200(0.90), h200(0.80), POOL) is None
+    # A pool that may no longer hold the workload can evict and make requests wait.
+    assert H200.repeats(h200(0.50), h200(0.90), POOL) is None
+    tight = SameRunRules(**{**H200.__dict__, "resident_tokens": 450_000})
+    assert tight.repeats(h200(0.80), h200(0.90), POOL) is None
+    # Without what the measured server reported, or an exact token count, nothing is known.
+    assert H200.repeats(h200(0.80), h200(0.90), None) is None
+    unknown = SameRunRules(**{**H200.__dict__, "resident_tokens": None})
+    assert unknown.repeats(h200(0.80), h200(0.90), POOL) is None
+
+
+def test_a_larger_fraction_repeats_only_where_another_launch_shows_it_starts():
+    slots = {"max_running_requests": 64}
+    larger = H200.repeats(h200(0.9), h200(0.8), POOL, [(7, h200(0.95, cap=128), slots)])
+    assert larger is not None and "trial 7 started with at least as much memory" in larger
+    # The queue order sizes nothing; a smaller chunk (less activation memory) proves nothing.
+    lpm = {**h200(0.95), "schedule_policy": "lpm"}
+    assert H200.repeats(h200(0.9), h200(0.8), POOL, [(7, lpm, slots)]) is not None
+    chunk = {**h200(0.95), "chunked_prefill_size": 4096}
+    proposal = {**h200(0.9), "chunked_prefill_size": 8192}
+    measured = {**h200(0.8), "chunked_prefill_size": 8192}
+    assert H200.repeats(proposal, measured, POOL, [(7, chunk, slots)]) is None
+    assert H200.repeats(h200(0.9), h200(0.8), POOL, [(7, h200(0.85), slots)]) is None
+
+
+def test_a_smaller_graph_limit_repeats_when_every_batch_pads_alike():
+    # 64 clients: every batch of 1-64 pads to the same captured size under 64, 128 or 512.
+    assert H200.repeats(h200(0.9, 64), h200(0.9, 512), POOL) is not None
+    assert H200.repeats(h200(0.9, 128, cap=128), h200(0.9, None, cap=128), POOL) is not None
+    # Under a cap of 64 both capture graphs up to 64 only: sglang clamps its default (256 on
+    # this GPU) to the cap, and cuts an explicit 128 at the request slots.
+    assert H200.repeats(h200(0.9, 128), h200(0.9, None), POOL) is not None
+    assert H200.repeats(h200(0.85, 64), h200(0.9, 128), POOL) is not None  # and a fraction
+    # Batches of 49-64 have no graph under a limit of 48 and run eagerly.
+    assert H200.repeats(h200(0.9, 48), h200(0.9, 128), POOL) is None
+    # More graphs than the measured launch captured: more memory.
+    assert H200.repeats(h200(0.9, 512, cap=512), h200(0.9, 128, cap=512), POOL) is None
+    # The default limit depends on a GPU memory the rule must know.
+    blind = SameRunRules(**{**H200.__dict__, "gpu_memory_gb": None})
+    assert blind.repeats(h200(0.9, 128, cap=128), h200(0.9, None, cap=128), POOL) is None
+    # The other flags still keep runs apart.
+    assert H200.repeats(h200(0.9, 64), {**h200(0.9, 128), "schedule_policy": "lpm"}, POOL) is None
+
+
+def test_a_smaller_hicache_ratio_repeats_when_the_device_pool_holds_everything():
+    host = {"enable_hierarchical_cache": True}
+    assert H200.repeats(
+        {**h200(0.9), **host, "hicache_ratio": 2.0},
+        {**h200(0.9), **host, "hicache_ratio": 4.0},
+        POOL,
+    )
+    # A larger host pool than the measured launch allocated may not fit in host memory.
+    assert (
+        H200.repeats(
+            {**h200(0.9), **host, "hicache_ratio": 4.0},
+            {**h200(0.9), **host, "hicache_ratio": 2.0},
+            POOL,
+        )
+        is None
+    )
+    # When the device pool may evict, the host pool's size decides what comes back.
+    tight = SameRunRules(**{**H200.__dict__, "resident_tokens": 520_000})
+    assert (
+        tight.repeats(
+            {**h200(0.9), **host, "hicache_ratio": 2.0},
+            {**h200(0.9), **host, "hicache_ratio": 4.0},
+            POOL,
+        )
+        is None
+    )
+
+
+def test_fewer_slots_than_clients_repeat_only_the_same_slots():
+    # A cap of 34 under 64 clients: 30 queue in both runs, whatever the fraction.
+    assert H200.repeats(h200(0.8, cap=34), h200(0.9, cap=34), POOL) is not None
+    assert H200.repeats(h200(0.9, cap=34), h200(0.9, cap=40), POOL) is None
+
+
+def test_the_bound_counts_each_distinct_token_once_and_each_client_a_full_copy():
+    workload = WorkloadSpec.from_dict(
+        {
+            "kind": "shared-prefix",
+            "groups": 4,
+            "prompts_per_group": 8,
+            "system_prompt_len": 1000,
+            "question_len": 100,
+            "output_len": 50,
+        }
+    )
+    # 4 system prompts, 32 questions and answers, 2 warm-up requests (their own prompts), and
+    # 16 clients each holding a whole request.
+    expected = 4 * 1000 + 32 * 150 + 2 * (1000 + 150) + 16 * 1150
+    assert resident_token_bound(workload, 2, 16) == expected
+    turns = WorkloadSpec.from_dict(
+        {
+            "kind": "multi-turn",
+            "conversations": 2,
+            "turns": 2,
+            "system_prompt_len": 100,
+            "user_len": 10,
+            "answer_len": 20,
+        }
+    )
+    # One system prompt; each turn's question, its answer and the answer's stand-in; the last
+    # turn's request holds 100 + 10 + 20 + 10 + 20 tokens.
+    assert resident_token_bound(turns, 0, 4) == 100 + 2 * 2 * (10 + 20 + 20) + 4 * 160
 
 
 def test_which_models_have_full_attention_only():
@@ -65,11 +198,15 @@ def test_which_models_have_full_attention_only():
     assert not ModelMemory.from_hf_config(mla).full_attention_only
 
 
-def _space(tmp_path: Path, source: str) -> Path:
-    """A shipped space with the running cap as its only param, 16 clients, a short load."""
+def _space(tmp_path: Path, source: str, params: dict[str, object] | None = None) -> Path:
+    """A shipped space with the running cap as its only param (or `params`), 16 clients, a
+    short load."""
     data = yaml.safe_load((ROOT / "search_spaces" / f"{source}.yaml").read_text())
     data["name"] = f"cap-{source}"
-    data["params"] = {"max_running_requests": {"low": 4, "high": 128, "log": True}}
+    data["params"] = params or {"max_running_requests": {"low": 4, "high": 128, "log": True}}
+    # Unset, sglang would derive the fraction from a graph reserve that follows the cap.
+    if "mem_fraction_static" not in data["params"]:
+        data["fixed_flags"] = {**data["fixed_flags"], "mem_fraction_static": 0.85}
     data["workload"] = {
         "kind": "random",
         "num_requests": 48,
@@ -83,8 +220,9 @@ def _space(tmp_path: Path, source: str) -> Path:
     return path
 
 
-def _study(space_path: Path, caps: list[int]):
-    """The real objective and study loop, served by the simulator's oracle; the caps queued."""
+def _study(space_path: Path, queued: list[int] | list[dict[str, object]]):
+    """The real objective and study loop, served by the simulator's oracle; the caps (or
+    params) queued."""
     from tuner.launcher import LaunchTarget
     from tuner.space.load import load_space
     from tuner.study import run_trials
@@ -110,9 +248,9 @@ def _study(space_path: Path, caps: list[int]):
         )
     )
     study = optuna.create_study(directions=["maximize", "minimize"])
-    for cap in caps:
-        study.enqueue_trial({"max_running_requests": cap})
-    run_trials(study, objective, len(caps) - 1)  # the repeat is free
+    for item in queued:
+        study.enqueue_trial(item if isinstance(item, dict) else {"max_running_requests": item})
+    run_trials(study, objective, len(queued) - 1)  # the repeat is free
     return study, serve
 
 
@@ -141,3 +279,104 @@ def test_the_same_caps_on_a_hybrid_model_launch_twice(tmp_path):
     first, second = study.get_trials(deepcopy=False)[:2]
     assert record.DUPLICATE_OF not in second.user_attrs and counts(second)
     assert first.number in serve.costs and second.number in serve.costs
+
+
+def test_a_smaller_fraction_and_graph_limit_repeat_and_the_simulator_agrees(tmp_path):
+    params = {
+        "max_running_requests": {"choices": [16]},
+        "mem_fraction_static": {"low": 0.7, "high": 0.95, "step": 0.01},
+        "cuda_graph_max_bs_decode": {"choices": [8, 64, 128]},
+    }
+    space = _space(tmp_path, "qwen3-8b-h200", params)
+    queued = [
+        {"max_running_requests": 16, "mem_fraction_static": f, "cuda_graph_max_bs_decode": g}
+        for f, g in ((0.9, 128), (0.75, 64), (0.75, 8))
+    ]
+    study, serve = _study(space, queued)
+    first, repeat, eager = study.get_trials(deepcopy=False)[:3]
+    assert repeat.user_attrs[record.DUPLICATE_OF] == first.number
+    reason = repeat.user_attrs[record.SAME_RUN]
+    assert "memory fraction 0.75 vs 0.9" in reason and "limit 64 vs 128" in reason
+    pools = [t.user_attrs[record.CAPACITY]["max_total_num_tokens"] for t in (first, repeat)]
+    assert pools[1] < pools[0]  # the repeat's own, smaller pool
+    # Batches of 9-16 requests have no graph under a limit of 8: that one is launched.
+    assert record.DUPLICATE_OF not in eager.user_attrs and eager.number in serve.costs
+    args = {t.number: list(t.user_attrs[record.SERVER_ARGS]) for t in (first, repeat, eager)}
+    exact = {n: serve.exact_summary(a) for n, a in args.items()}
+    keys = ("output_throughput", "median_tpot_ms", "p99_ttft_ms", "duration")
+    assert all(exact[repeat.number][k] == exact[first.number][k] for k in keys)
+    assert exact[eager.number]["output_throughput"] != exact[first.number]["output_throughput"]
+
+
+def test_a_smaller_hicache_ratio_repeats_on_the_simulator_too(tmp_path):
+    params = {
+        "max_running_requests": {"choices": [16]},
+        "enable_hierarchical_cache": {"choices": [True]},
+        "hicache_ratio": {"low": 1.0, "high": 4.0, "step": 0.5},
+    }
+    space = _space(tmp_path, "qwen3-8b-h200", params)
+    queued = [
+        {"max_running_requests": 16, "enable_hierarchical_cache": True, "hicache_ratio": r}
+        for r in (3.0, 1.5, 4.0)
+    ]
+    study, serve = _study(space, queued)
+    first, repeat, larger = study.get_trials(deepcopy=False)[:3]
+    assert repeat.user_attrs[record.DUPLICATE_OF] == first.number
+    assert larger.number in serve.costs  # a larger host pool is launched
+    assert "HiCache host ratio 1.5 vs 3.0" in repeat.user_attrs[record.SAME_RUN]
+    exact = [serve.exact_summary(list(t.user_attrs[record.SERVER_ARGS])) for t in (first, repeat)]
+    keys = ("output_throughput", "median_tpot_ms", "p99_ttft_ms", "duration")
+    assert all(exact[0][k] == exact[1][k] for k in keys)
+
+
+def test_a_larger_fraction_after_a_launch_with_more_memory_repeats_on_the_simulator(tmp_path):
+    params = {
+        "max_running_requests": {"choices": [16]},
+        "mem_fraction_static": {"low": 0.7, "high": 0.95, "step": 0.01},
+        "chunked_prefill_size": {"choices": [8192, 16384]},
+    }
+    space = _space(tmp_path, "qwen3-8b-h200", params)
+    queued = [
+        {"max_running_requests": 16, "mem_fraction_static": f, "chunked_prefill_size": c}
+        for f, c in ((0.8, 8192), (0.95, 16384), (0.9, 8192))
+    ]
+    # The budget counts launches: one more queued so that the loop reaches the free repeat.
+    study, serve = _study(space, [*queued, {**queued[1], "chunked_prefill_size": 8192}])
+    first, more_memory, repeat = study.get_trials(deepcopy=False)[:3]
+    assert repeat.user_attrs[record.DUPLICATE_OF] == first.number
+    assert f"trial {more_memory.number} started" in repeat.user_attrs[record.SAME_RUN]
+    exact = [serve.exact_summary(list(t.user_attrs[record.SERVER_ARGS])) for t in (first, repeat)]
+    keys = ("output_throughput", "median_tpot_ms", "p99_ttft_ms", "duration")
+    assert all(exact[0][k] == exact[1][k] for k in keys)
+
+
+def test_the_guide_passes_over_picks_whose_run_a_trial_measured():
+    from tuner.space.load import load_space
+    from tuner.study.guide import Guide
+
+    space = load_space("qwen3-8b-h200")  # 64 clients, shared prefixes: at most ~300,000 tokens
+    guide = Guide(space, None)
+    guide.same_run = SameRunRules.of(space, _QWEN3_8B, 141.0)
+    params = {
+        "mem_fraction_static": 0.9,
+        "max_running_requests": 40,
+        "chunked_prefill_size": 8192,
+        "schedule_policy": "fcfs",
+        "cuda_graph_max_bs_decode": None,
+        "enable_hierarchical_cache": False,
+    }
+    measured = optuna.trial.create_trial(
+        params={},
+        distributions={},
+        values=[3800.0, 10.0],
+        user_attrs={
+            record.OUTCOME: record.OUTCOME_OK,
+            record.FLAGS: guide._flags(params),
+            record.CAPACITY: {"max_total_num_tokens": 800_000, "max_running_requests": 40},
+        },
+    )
+    known = guide._known_runs([measured])
+    assert known is not None
+    assert known({**params, "mem_fraction_static": 0.8, "cuda_graph_max_bs_decode": 64})
+    assert not known({**params, "max_running_requests": 44})
+    assert not known({**params, "schedule_policy": "lpm"})

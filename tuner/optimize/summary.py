@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
+from optuna.trial import FrozenTrial
 from rich.console import Console
 from rich.table import Table
 
@@ -55,10 +57,12 @@ def print_summary(
         table.add_column(lat_name, justify="right")
         table.add_column("running cap", justify="right")
         table.add_column("KV tokens", justify="right")
-        for t in summary.pareto:
+        shown, repeats = _without_repeats(summary.pareto)
+        for t in shown:
             capacity = t.user_attrs.get(record.CAPACITY) or {}
+            more = repeats.get(t.number, 0)
             table.add_row(
-                str(t.number),
+                f"{t.number} (+{more} repeat{'s' if more > 1 else ''})" if more else str(t.number),
                 first.format(t.values[0]),
                 f"{t.values[1]:.1f}",
                 str(capacity.get("max_running_requests", "?")),
@@ -67,7 +71,7 @@ def print_summary(
         console.print(table)
         if capacity_study:
             console.print(_best_capacity(summary, space), soft_wrap=True)
-        for t in summary.pareto:
+        for t in shown:
             flags = (
                 "sglang defaults" if t.user_attrs.get(record.IS_DEFAULT) else format_flags(t.params)
             )
@@ -78,6 +82,21 @@ def print_summary(
         console.print(f"export one with: {prefix} --pick {pick}", soft_wrap=True)
     console.print(f"study directory: {summary.study_dir}")
     console.print(f"storage: {summary.storage_description}")
+
+
+def _without_repeats(front: list[FrozenTrial]) -> tuple[list[FrozenTrial], Counter[int]]:
+    """The front without the repeats of a trial on it (identical flags, or flags that cannot
+    change the run: tuner/trial/same_run.py), and how many each such trial has."""
+    numbers = {t.number for t in front}
+    repeats: Counter[int] = Counter()
+    shown = []
+    for t in front:
+        original = t.user_attrs.get(record.DUPLICATE_OF)
+        if original in numbers:
+            repeats[original] += 1
+        else:
+            shown.append(t)
+    return shown, repeats
 
 
 def _best_capacity(summary: StudySummary, space: SearchSpace) -> str:

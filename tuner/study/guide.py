@@ -51,6 +51,8 @@ from tuner.study.local_search import LocalSearch, LocalSearchConfig, neutral
 from tuner.study.options import StudyOptions
 from tuner.study.residuals import ResidualModel
 from tuner.study.stopping import STOP_CHECK, Outlook
+from tuner.trial.identical import launches
+from tuner.trial.same_run import SameRunRules
 
 _log = logging.getLogger(__name__)
 
@@ -98,6 +100,7 @@ class Guide:
         self._fitted_on = -1
         self._flag_cache: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._local = LocalSearch(space, seed=seed)
+        self.same_run: SameRunRules | None = None  # set by make_guide when the host is known
         self._residuals: ResidualModel | None = None
         if estimator is not None:  # what the estimate cannot rank, measured early
             self._local.blind = frozenset(space.params) - Estimator.MODELLED
@@ -191,7 +194,25 @@ class Guide:
         known = {(name, repr(t.params.get(name))) for t in measured for name in self._local.blind}
         pool = [p for p in pool if all(
             (name, repr(p[name])) in known for name in self._off_neutral(p))]  # fmt: skip
-        return self._residuals.best(pool, tried)
+        return self._residuals.best(pool, tried, self._known_runs(trials))
+
+    def _known_runs(self, trials: list[FrozenTrial]) -> Callable[[Mapping[str, Any]], bool] | None:
+        """Which configurations would repeat a run a trial measured, flags that cannot change it
+        aside (tuner/trial/same_run.py); None without the rule's facts. The objective would not
+        launch them, so a pick among them measures nothing."""
+        rules = self.same_run
+        if rules is None:
+            return None
+        launched = launches(trials)
+
+        def known(params: Mapping[str, Any]) -> bool:
+            flags = self._flags(params)
+            return any(
+                rules.repeats(flags, measured, capacity, launched) is not None
+                for _, measured, capacity in launched
+            )
+
+        return known
 
     def _off_neutral(self, params: Mapping[str, Any]) -> list[str]:
         """The categorical params of `params` the estimate cannot read that are off their first
@@ -612,4 +633,6 @@ def make_guide(space: SearchSpace, host: HostFacts, settings: GuideSettings) -> 
             polish_from=1 if settings.polish else 0,
             model_share=GuideConfig.model_share if settings.model else 0.0,
         )
-    return Guide(space, estimator, config, seed=settings.seed)
+    guide = Guide(space, estimator, config, seed=settings.seed)
+    guide.same_run = SameRunRules.of(space, host.model, host.gpu_memory_gb)
+    return guide

@@ -420,14 +420,22 @@ def key(params: Mapping[str, Any]) -> tuple[Any, ...]:
 # ---- what the trials say -------------------------------------------------------------------
 
 
+def informative(t: FrozenTrial) -> bool:
+    """Does the trial say something of its own params? A launch does, and so does a same-run
+    repeat (tuner/trial/same_run.py: its params ran the measured run, so a move to them changed
+    nothing); a repeat of identical flags adds nothing."""
+    attrs = t.user_attrs
+    return record.DUPLICATE_OF not in attrs or record.SAME_RUN in attrs
+
+
 def standing(t: FrozenTrial) -> Standing | None:
     """How good a measured trial is for the search; None when it says nothing comparable
-    (not finished, a repeat, rejected before launch, crashed, or stopped by the pruner: the
-    pruner stops only trials that feasible ones clearly beat)."""
+    (not finished, a repeat of identical flags, rejected before launch, crashed, or stopped by
+    the pruner: the pruner stops only trials that feasible ones clearly beat)."""
     if t.state not in (TrialState.COMPLETE, TrialState.PRUNED):
         return None
     attrs = t.user_attrs
-    if record.DUPLICATE_OF in attrs:
+    if not informative(t):
         return None
     constraints = _slo_constraints(t)
     if constraints.get("launch", 0.0) > 0 or not attrs.get(record.METRICS):
@@ -466,9 +474,7 @@ def _move_effects(
     finished = [
         t
         for t in trials
-        if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
-        and record.DUPLICATE_OF not in t.user_attrs
-        and t.params
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and informative(t) and t.params
     ]
     by_rest: dict[tuple[str, tuple[Any, ...]], list[FrozenTrial]] = {}
     for t in finished:
@@ -650,9 +656,7 @@ class Trend:
         finished = [
             t
             for t in trials
-            if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
-            and record.DUPLICATE_OF not in t.user_attrs
-            and t.params
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and informative(t) and t.params
         ]
         columns: list[tuple[str, Any]] = []
         for name, spec in space.params.items():

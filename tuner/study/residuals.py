@@ -33,7 +33,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.predict.estimate import Estimator
 from tuner.results import record
 from tuner.space.model import SearchSpace
-from tuner.study.local_search import Trend, key
+from tuner.study.local_search import Trend, informative, key
 
 Params = dict[str, Any]
 
@@ -68,7 +68,7 @@ class ResidualModel:
         targets: dict[str, list[float]] = {"throughput": [], **{m: [] for m in self._metrics}}
         best = None
         for t in trials:
-            if t.state != TrialState.COMPLETE or record.DUPLICATE_OF in t.user_attrs:
+            if t.state != TrialState.COMPLETE or not informative(t):
                 continue
             metrics = t.user_attrs.get(record.METRICS) or {}
             measured = float(metrics.get("output_throughput") or 0.0)
@@ -133,17 +133,30 @@ class ResidualModel:
         return out
 
     def best(
-        self, candidates: Iterable[Params], tried: set[tuple[Any, ...]]
+        self,
+        candidates: Iterable[Params],
+        tried: set[tuple[Any, ...]],
+        known: Callable[[Params], bool] | None = None,
     ) -> tuple[Params, float] | None:
         """The untried candidate of highest `acquisition` and that value, or None. Once a
-        trial meets the SLOs the value is the expected relative gain over it (log units)."""
+        trial meets the SLOs the value is the expected relative gain over it (log units).
+        `known`: candidates whose run a trial already measured (tuner/trial/same_run.py), passed
+        over; the best `_KNOWN_CHECKS` are asked."""
         pool = {key(p): p for p in candidates if key(p) not in tried}
         if not pool or not self.fitted:
             return None
         options = list(pool.values())
         scores = self.acquisition(options)
-        i = max(range(len(options)), key=lambda k: scores[k])
-        return (options[i], scores[i]) if math.isfinite(scores[i]) else None
+        order = sorted(range(len(options)), key=lambda k: scores[k], reverse=True)
+        for i in order[:_KNOWN_CHECKS] if known is not None else order[:1]:
+            if not math.isfinite(scores[i]):
+                return None
+            if known is None or not known(options[i]):
+                return options[i], scores[i]
+        return None
+
+
+_KNOWN_CHECKS = 200
 
 
 def _gp(x: Any, y: Any, centred: bool = False) -> Any:

@@ -11,13 +11,14 @@ the run cannot (tuner/trial/same_run.py) reuse a finished result too, marked `SA
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.results import record
-from tuner.trial.same_run import SameRunRules, repeat_capacity
+from tuner.trial.same_run import Launched, SameRunRules
 
 _IDENTICAL_WAIT_S = 1800.0
 
@@ -85,6 +86,20 @@ def default_already_taken(trial: optuna.Trial) -> bool:
     )
 
 
+def launches(trials: Iterable[FrozenTrial]) -> list[Launched]:
+    """(number, flags, capacity) of the finished trials whose launch worked (served the
+    benchmark or was stopped by the stage pruner), repeats left out: what the same-run rule
+    compares a proposal with."""
+    outcomes = (record.OUTCOME_OK, record.OUTCOME_PRUNED)
+    return [
+        (t.number, t.user_attrs.get(record.FLAGS) or {}, t.user_attrs.get(record.CAPACITY))
+        for t in trials
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+        and record.DUPLICATE_OF not in t.user_attrs
+        and t.user_attrs.get(record.OUTCOME) in outcomes
+    ]
+
+
 def reuse_finished_identical(
     trial: optuna.Trial, rules: SameRunRules | None = None
 ) -> FrozenTrial | None:
@@ -103,21 +118,21 @@ def reuse_finished_identical(
     previous = next((t for t in finished if t.user_attrs.get(record.FLAGS) == flags), None)
     reason = None
     if previous is None and rules is not None:
-        launched = (record.OUTCOME_OK, record.OUTCOME_PRUNED)
-        for t in finished:
-            if t.user_attrs.get(record.OUTCOME) in launched:
-                reason = rules.repeats(flags, t.user_attrs.get(record.FLAGS) or {})
-                if reason is not None:
-                    previous = t
-                    break
+        launched = launches(finished)
+        for number, measured, capacity in launched:
+            reason = rules.repeats(flags, measured, capacity, launched)
+            if reason is not None:
+                previous = next(t for t in finished if t.number == number)
+                break
     if previous is None:
         return None
     for key in _RESULT_ATTRS:
         if key in previous.user_attrs and (reason is None or key != record.SERVER_ARGS):
             trial.set_user_attr(key, previous.user_attrs[key])
-    if reason is not None:
+    if reason is not None and rules is not None:
         capacity = previous.user_attrs.get(record.CAPACITY) or {}
-        trial.set_user_attr(record.CAPACITY, repeat_capacity(capacity, flags))
+        measured = previous.user_attrs.get(record.FLAGS) or {}
+        trial.set_user_attr(record.CAPACITY, rules.capacity(capacity, flags, measured))
         trial.set_user_attr(record.SAME_RUN, reason)
     trial.set_user_attr(record.DUPLICATE_OF, previous.number)
     record.set_constraints(trial, record.named_constraints(previous.constraints))

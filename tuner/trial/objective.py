@@ -61,7 +61,7 @@ class TrialObjective:
         self.measurer: Measurer = config.measurer or LaunchAndMeasure(
             config.target, config.space, config.study_dir
         )
-        self.same_run = SameRunRules.of(config.space, config.model_memory)
+        self.same_run = SameRunRules.of(config.space, config.model_memory, config.gpu_memory_gb)
 
     # -- helpers ---------------------------------------------------------------------------
 
