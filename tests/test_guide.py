@@ -217,3 +217,16 @@ def test_a_number_the_estimate_cannot_read_keeps_the_corrected_estimates_pool():
     params = {"max_running_requests": 8, "num_continuous_decode_steps": 5}
     assert guide._off_neutral({**params, "schedule_policy": "fcfs"}) == []
     assert guide._off_neutral({**params, "schedule_policy": "lpm"}) == ["schedule_policy"]
+
+
+def test_the_guides_flag_cache_stays_bounded(monkeypatch):
+    from tuner.study import guide as guide_module
+
+    monkeypatch.setattr(guide_module, "_FLAG_CACHE_SIZE", 50)
+    space = load_space("qwen3-8b-h200")
+    guide = Guide(space, None)
+    rng = random.Random(0)
+    for _ in range(400):
+        flags = guide._flags(random_params(space, rng))
+        assert flags["model_path"] == space.model_path
+    assert 0 < len(guide._flag_cache) <= 50

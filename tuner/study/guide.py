@@ -83,6 +83,11 @@ class GuideConfig:
     model_candidates: int = 1000  # of the random candidates, those the corrected estimate ranks
 
 
+# Configurations whose flags the guide keeps: its candidates and climbs (a few thousand) with
+# room for the neighbours of each pick.
+_FLAG_CACHE_SIZE = 20_000
+
+
 class Guide:
     def __init__(
         self,
@@ -331,6 +336,8 @@ class Guide:
         key = _key(params)
         flags = self._flag_cache.get(key)
         if flags is None:
+            if len(self._flag_cache) >= _FLAG_CACHE_SIZE:
+                self._flag_cache.clear()  # a long study's neighbours: start again, not grow
             flags = {
                 "model_path": self.space.model_path,
                 **self.space.fixed_flags,
