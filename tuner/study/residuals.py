@@ -33,7 +33,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.predict.estimate import Estimator
 from tuner.results import record
 from tuner.space.model import SearchSpace
-from tuner.study.local_search import Trend, informative, key
+from tuner.study.local_search import Trend, key
 
 Params = dict[str, Any]
 
@@ -68,7 +68,9 @@ class ResidualModel:
         targets: dict[str, list[float]] = {"throughput": [], **{m: [] for m in self._metrics}}
         best = None
         for t in trials:
-            if t.state != TrialState.COMPLETE or not informative(t):
+            # Repeats, same-run ones too, are left out: fed to the GP as points of their own, the
+            # default lost its best seeds in tpot-8b (docs/same-run.md).
+            if t.state != TrialState.COMPLETE or record.DUPLICATE_OF in t.user_attrs:
                 continue
             metrics = t.user_attrs.get(record.METRICS) or {}
             measured = float(metrics.get("output_throughput") or 0.0)
