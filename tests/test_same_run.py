@@ -121,31 +121,15 @@ def test_a_smaller_graph_limit_repeats_when_every_batch_pads_alike():
 
 
 def test_a_smaller_hicache_ratio_repeats_when_the_device_pool_holds_everything():
-    host = {"enable_hierarchical_cache": True}
-    assert H200.repeats(
-        {**h200(0.9), **host, "hicache_ratio": 2.0},
-        {**h200(0.9), **host, "hicache_ratio": 4.0},
-        POOL,
-    )
+    def ratio(r: float) -> dict[str, object]:
+        return {**h200(0.9), "enable_hierarchical_cache": True, "hicache_ratio": r}
+
+    assert H200.repeats(ratio(2.0), ratio(4.0), POOL)
     # A larger host pool than the measured launch allocated may not fit in host memory.
-    assert (
-        H200.repeats(
-            {**h200(0.9), **host, "hicache_ratio": 4.0},
-            {**h200(0.9), **host, "hicache_ratio": 2.0},
-            POOL,
-        )
-        is None
-    )
+    assert H200.repeats(ratio(4.0), ratio(2.0), POOL) is None
     # When the device pool may evict, the host pool's size decides what comes back.
     tight = SameRunRules(**{**H200.__dict__, "resident_tokens": 520_000})
-    assert (
-        tight.repeats(
-            {**h200(0.9), **host, "hicache_ratio": 2.0},
-            {**h200(0.9), **host, "hicache_ratio": 4.0},
-            POOL,
-        )
-        is None
-    )
+    assert tight.repeats(ratio(2.0), ratio(4.0), POOL) is None
 
 
 def test_fewer_slots_than_clients_repeat_only_the_same_slots():

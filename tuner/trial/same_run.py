@@ -32,6 +32,8 @@ when that differs.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -123,6 +125,17 @@ def resident_token_bound(workload: WorkloadSpec, warmup: int, clients: int) -> i
     return total + clients * longest
 
 
+@functools.lru_cache(maxsize=8)
+def _workload_bound(workload: str, warmup: int, clients: int) -> int | None:
+    """`resident_token_bound` of a space's `workload:` mapping (as JSON), once per process: the
+    objective and the guide both ask at start-up, and building a workload reads its file."""
+    try:
+        spec = WorkloadSpec.from_dict(json.loads(workload))
+        return resident_token_bound(spec, warmup, clients)
+    except (UserError, OSError):
+        return None  # a JSONL file not there yet: the bench says so when it runs
+
+
 @dataclass(frozen=True)
 class Launch:
     """What sglang resolves for one set of flags, as far as the rule reads it."""
@@ -158,7 +171,8 @@ class Launch:
         sizes = [s for s in decode_graph_list(self.graph_limit) if s <= slots]
         if self.graph_limit > slots:
             sizes.append(slots)
-        return tuple(next((s for s in sorted(sizes) if s >= b), 0) for b in range(1, running + 1))
+        sizes.sort()
+        return tuple(next((s for s in sizes if s >= b), 0) for b in range(1, running + 1))
 
 
 @dataclass(frozen=True)
@@ -180,11 +194,8 @@ class SameRunRules:
         clients = int(bench.concurrency) if closed and bench.concurrency else None
         bound = None
         if clients is not None and bench.api != "chat":
-            try:
-                workload = WorkloadSpec.from_dict(space.workload)
-                bound = resident_token_bound(workload, bench.warmup_requests, clients)
-            except (UserError, OSError):
-                bound = None  # a JSONL file not there yet: the bench says so when it runs
+            workload = json.dumps(space.workload, sort_keys=True, default=str)
+            bound = _workload_bound(workload, bench.warmup_requests, clients)
         return cls(
             clients=clients,
             full_attention_only=model is not None and model.full_attention_only,
