@@ -230,3 +230,52 @@ def test_the_guides_flag_cache_stays_bounded(monkeypatch):
         flags = guide._flags(random_params(space, rng))
         assert flags["model_path"] == space.model_path
     assert 0 < len(guide._flag_cache) <= 50
+
+
+def test_the_estimate_tells_the_stop_rule_which_trials_it_cannot_tell_apart():
+    """The seed space's hybrid model runs all 16 clients at memory 0.84 and 0.87 alike: the
+    estimate sees one configuration there, while 4 draft steps, or write-back (a flag it does
+    not read), is another (tuner/study/stopping.py counts a window trial alike to an earlier
+    launch as no move)."""
+    from tuner.host import read_host_facts
+    from tuner.study import StudyOptions, launch_target
+    from tuner.study.guide import GuideSettings, make_guide
+
+    space = load_space("qwen3.6-27b-mtp-hicache")
+    target = launch_target(space, StudyOptions(engine="sim"))
+    host = read_host_facts("sim", target.module, target.extra_args, space.model_path)
+    guide = make_guide(space, host, GuideSettings.of(StudyOptions(engine="sim", seed=0)))
+    assert guide is not None
+    base = {
+        "speculative_algorithm": None,
+        "mem_fraction_static": 0.87,
+        "enable_hierarchical_cache": True,
+        "hicache_ratio": 2.0,
+        "hicache_write_policy": "write_through",
+        "mamba_radix_cache_strategy": "extra_buffer",
+        "max_running_requests": 16,
+        "chunked_prefill_size": 4096,
+    }
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    variants = [
+        base,
+        {**base, "mem_fraction_static": 0.84},
+        {**base, "mem_fraction_static": 0.70},  # fewer state slots: fewer run at once
+        {**base, "hicache_write_policy": "write_back"},
+        {
+            **base,
+            "speculative_algorithm": "NEXTN",
+            "speculative_num_steps": 4,
+            "speculative_eagle_topk": 1,
+        },
+    ]
+    for params in variants:
+        study.enqueue_trial(params)
+        trial = study.ask()
+        suggest_queued(trial, space)
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    seen = guide.alike(study)
+    assert seen is not None
+    signatures = [seen(t) for t in study.trials]
+    assert signatures[0] == signatures[1]
+    assert len({signatures[0], *signatures[2:]}) == 4

@@ -148,6 +148,40 @@ def test_after_max_checks_that_moved_nothing_the_estimate_is_not_believed():
     assert decision.stop and "last 2 checks of an expected gain found none" in decision.reason
 
 
+def test_a_window_trial_the_estimate_cannot_tell_from_an_earlier_launch_moves_nothing():
+    """Four re-measurements of one configuration class (memory 0.84-0.95 that all run every
+    client): one measured 2.5% more, noise alone. Without `alike` it keeps the study going; with
+    it, the window moved nothing. A window trial of a new class still moves the front, and so
+    does a re-measurement further off than the tolerance (3%): the estimate missed something."""
+    points = [(100.0, 10.0), (60.0, 12.0), (101.0, 10.0), (102.5, 10.0), (99.0, 10.0)]
+    points.append((100.5, 10.0))
+
+    def classes(numbers: dict[int, str]):
+        return lambda t: numbers.get(t.number)
+
+    trials = _trials(points)
+    plain = decide(trials, RULE)
+    assert not plain.stop and "moved the front by 2.5%" in plain.reason
+    same = classes({0: "a", 1: "b", 2: "a", 3: "a", 4: "a", 5: "a"})
+    stopped = decide(trials, RULE, alike=same)
+    assert stopped.stop and "4 of them re-measured configurations" in stopped.reason
+    assert stopped.best_trial == 3  # still the best measured trial
+    # Trial 3 is a class of its own (chunks of 4096 instead of 8192, say): its 2.5% counts.
+    new = classes({0: "a", 1: "b", 2: "a", 3: "c", 4: "a", 5: "a"})
+    assert not decide(trials, RULE, alike=new).stop
+    # Two window trials of one new class: the first counts, the second re-measures it.
+    later = _trials([(100.0, 10.0), (60.0, 12.0), (101.0, 10.0), (100.0, 10.0), (102.5, 10.0),
+                     (100.5, 10.0)])  # fmt: skip
+    twice = classes({0: "a", 1: "b", 2: "a", 3: "c", 4: "c", 5: "a"})
+    assert decide(later, RULE, alike=twice).stop
+    once = classes({0: "a", 1: "b", 2: "a", 3: "a", 4: "c", 5: "a"})
+    assert not decide(later, RULE, alike=once).stop
+    # 7.5% over the earlier launch of its class: more than noise, it counts.
+    far = _trials([(100.0, 10.0), (60.0, 12.0), (101.0, 10.0), (107.5, 10.0), (99.0, 10.0),
+                   (100.5, 10.0)])  # fmt: skip
+    assert not decide(far, RULE, alike=same).stop
+
+
 class _Forecaster:
     def __init__(self, gain: float) -> None:
         self.gain = gain
@@ -155,6 +189,9 @@ class _Forecaster:
 
     def outlook(self, study: optuna.Study) -> Outlook:
         return Outlook({"x": 500 + len(self.queued)}, self.gain)
+
+    def alike(self, study: optuna.Study) -> None:
+        return None  # the estimate cannot tell any two trials alike
 
     def queue_check(self, study: optuna.Study, outlook: Outlook) -> None:
         self.queued.append(outlook)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -297,6 +297,27 @@ class Guide:
         if measured <= 0:
             return None  # the estimate cannot judge the configuration that is best
         return Outlook(params, expected / measured - 1)
+
+    def alike(self, study: optuna.Study) -> Callable[[FrozenTrial], Hashable] | None:
+        """What the refitted estimate sees of a trial: its predicted throughput and SLO metrics
+        (to 6 significant digits) and the values of the params it does not read; None for a
+        trial it cannot predict. The stop rule counts a window trial alike to an earlier launch
+        as no move (tuner/study/stopping.py)."""
+        estimator = self.estimator
+        if estimator is None or estimator.capacity:
+            return None
+        self._refit(study.get_trials(deepcopy=False))
+        blind = sorted(self._local.blind)
+
+        def seen(t: FrozenTrial) -> Hashable:
+            expected = estimator.expected(t.user_attrs.get(record.FLAGS) or self._flags(t.params))
+            if expected is None:
+                return None
+            throughput, slos = expected
+            predicted = tuple(f"{v:.6g}" for _k, v in sorted(slos.items()))
+            return f"{throughput:.6g}", predicted, tuple(repr(t.params.get(k)) for k in blind)
+
+        return seen
 
     def queue_check(self, study: optuna.Study, outlook: Outlook) -> None:
         """Measure the configuration the estimate expects a gain from, before the study stops."""
