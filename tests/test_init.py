@@ -248,3 +248,45 @@ def test_on_a_small_gpu_the_memory_range_ends_where_sglangs_plan_still_fits(tmp_
     spec = yaml.safe_load(text)["params"]["mem_fraction_static"]
     assert spec["low"] < spec["high"] < 0.95
     assert "sglang's memory plan on this GPU" in text
+
+
+PHI3 = {  # Phi-3-medium's shape: a 4096-token context, shorter than the RAG template's requests
+    "architectures": ["Phi3ForCausalLM"],
+    "model_type": "phi3",
+    "hidden_size": 5120,
+    "intermediate_size": 17920,
+    "num_hidden_layers": 40,
+    "num_attention_heads": 40,
+    "num_key_value_heads": 10,
+    "vocab_size": 32064,
+    "max_position_embeddings": 4096,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_a_workload_is_shortened_to_fit_the_models_context(tmp_path):
+    """A 4096-token document with its question and answer (4480 tokens) does not fit Phi-3's
+    4096-token context: every request of the benchmark failed (24 of 24 trials). The document
+    is shortened, the file says so, and a trial serves the benchmark."""
+    model = tmp_path / "phi3"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(PHI3))
+    path = _init(tmp_path, model, "l40s", "rag")
+    space = load_space(path)
+    assert space.workload["system_prompt_len"] == 3712  # 4096 - 128 - 256, on a 64 boundary
+    assert "system_prompt_len 4096 -> 3712" in " ".join(path.read_text().split())
+    data = yaml.safe_load(path.read_text())
+    data["workload"] = {**data["workload"], "groups": 2, "prompts_per_group": 4}
+    data["bench"] = {**data["bench"], "concurrency": 4, "stages": 1, "warmup_requests": 0}
+    small = path.with_name("small.yaml")
+    small.write_text(yaml.safe_dump(data, sort_keys=False))
+    options = StudyOptions(trials=1, space_path=small, studies_dir=tmp_path / "studies", seed=0)
+    run_study(resolve_run(options))
+    study = optuna.load_study(
+        study_name=space.name, storage=f"sqlite:///{tmp_path / 'studies' / space.name}.db"
+    )
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE]
+    # A context too small for any such workload is refused in one line.
+    (model / "config.json").write_text(json.dumps({**PHI3, "max_position_embeddings": 384}))
+    with pytest.raises(UserError, match="context \\(384 tokens"):
+        _init(tmp_path / "tiny", model, "l40s", "rag")

@@ -13,6 +13,8 @@ The workload templates and their default SLOs (stated in the file):
     FILE     a JSONL file (one request a line: prompt or input_ids, optional output_len);
              16 clients; p99_ttft_ms <= 3000
 
+A template whose longest request does not fit the model's context has its system prompt,
+document or input shortened until it does (`fit_context`): sglang rejects a longer prompt.
 Objectives are always output tok/s (maximized) against median TPOT (minimized).
 """
 
@@ -83,6 +85,49 @@ def workload_template(choice: str) -> tuple[dict[str, Any], int, str, str]:
     raise UserError(f"--workload {choice!r}: one of {', '.join(TEMPLATES)} or a FILE.jsonl")
 
 
+# The template's part that shrinks when a request would not fit in the model's context.
+_SHRINKS = {"multi-turn": "system_prompt_len", "shared-prefix": "system_prompt_len",
+            "random": "input_len"}  # fmt: skip
+
+
+def longest_request(workload: dict[str, Any]) -> int:
+    """Prompt plus answer tokens of a template's longest request (0 for a JSONL file): the last
+    turn of a conversation resends the whole history."""
+    kind = workload["kind"]
+    if kind == "multi-turn":
+        turns = int(workload["turns"])
+        history = turns * int(workload["user_len"]) + (turns - 1) * int(workload["answer_len"])
+        return int(workload["system_prompt_len"]) + history + int(workload["answer_len"])
+    if kind == "shared-prefix":
+        return sum(int(workload[k]) for k in ("system_prompt_len", "question_len", "output_len"))
+    if kind == "random":
+        return int(workload["input_len"]) + int(workload["output_len"])
+    return 0
+
+
+def fit_context(workload: dict[str, Any], context_length: int) -> tuple[dict[str, Any], str]:
+    """The template with its longest request inside the model's context (sglang rejects a
+    prompt that does not fit: every request of the benchmark would fail), and a note saying
+    what was shortened ("" when nothing was)."""
+    longest = longest_request(workload)
+    if longest <= context_length:
+        return workload, ""
+    part = _SHRINKS[workload["kind"]]
+    value = int(workload[part]) - (longest - context_length)
+    if value < 128:
+        raise UserError(
+            f"the model's context ({context_length} tokens, max_position_embeddings in its "
+            f"config.json) cannot hold this workload's longest request ({longest} tokens) even "
+            f"with a {part} of 128; write the workload yourself (--workload FILE.jsonl)"
+        )
+    value -= value % 64
+    note = (
+        f"{part} {workload[part]} -> {value}: the longest request ({longest} tokens) did not "
+        f"fit the model's context of {context_length}"
+    )
+    return {**workload, part: value}, note
+
+
 def space_name(model: ModelFacts, gpu: GpuFacts, workload: str) -> str:
     base = model.model_path.rstrip("/").split("/")[-1]
     kind = workload if workload in TEMPLATES else "jsonl"
@@ -101,6 +146,9 @@ def space_text(
     from tuner.init.params import plan_params  # numpy, optuna: only when init runs
 
     workload, concurrency, default_slo, story = workload_template(request.workload)
+    workload, shortened = fit_context(workload, model.context_length)
+    if shortened:
+        story += f" Shortened for this model: {shortened}."
     plan = plan_params(model, gpu, host, workload, concurrency, version, request.draft_model)
     name = request.name or space_name(model, gpu, request.workload)
     slos = list(request.slos) or [default_slo]
@@ -117,7 +165,7 @@ def space_text(
     for param in plan.params:
         lines += [f"  # {part}" for part in textwrap.wrap(" ".join(param.why), 94)]
         lines.append(f"  {param.name}: {_flow(param.spec)}")
-    lines += ["", f"# {story}", "workload:"]
+    lines += ["", *(f"# {part}" for part in textwrap.wrap(story, 94)), "workload:"]
     lines += [f"  {key}: {_scalar(value)}" for key, value in workload.items()]
     lines += [
         "",
