@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -61,6 +61,23 @@ class Conversation:
     index: int
     system: Prompt
     turns: tuple[Turn, ...]
+
+
+def longest_request(conversations: Sequence[Conversation]) -> int | None:
+    """Prompt plus answer tokens of the longest request (a turn resends the whole history
+    before it, each earlier answer at its longer of generated and stand-in length); None for
+    text prompts (no exact count)."""
+    longest = 0
+    for conversation in conversations:
+        prompts = [conversation.system, *(t.user for t in conversation.turns)]
+        if any(isinstance(p, str) for p in prompts):
+            return None
+        history = len(conversation.system)
+        for turn in conversation.turns:
+            history += len(turn.user)
+            longest = max(longest, history + turn.output_len)
+            history += max(turn.output_len, len(turn.synthetic_answer))
+    return longest
 
 
 # Key names equal the `tuner bench` option names with `-` written as `_`; `-` is accepted too.

@@ -90,26 +90,16 @@ _SHRINKS = {"multi-turn": "system_prompt_len", "shared-prefix": "system_prompt_l
             "random": "input_len"}  # fmt: skip
 
 
-def longest_request(workload: dict[str, Any]) -> int:
-    """Prompt plus answer tokens of a template's longest request (0 for a JSONL file): the last
-    turn of a conversation resends the whole history."""
-    kind = workload["kind"]
-    if kind == "multi-turn":
-        turns = int(workload["turns"])
-        history = turns * int(workload["user_len"]) + (turns - 1) * int(workload["answer_len"])
-        return int(workload["system_prompt_len"]) + history + int(workload["answer_len"])
-    if kind == "shared-prefix":
-        return sum(int(workload[k]) for k in ("system_prompt_len", "question_len", "output_len"))
-    if kind == "random":
-        return int(workload["input_len"]) + int(workload["output_len"])
-    return 0
-
-
 def fit_context(workload: dict[str, Any], context_length: int) -> tuple[dict[str, Any], str]:
     """The template with its longest request inside the model's context (sglang rejects a
     prompt that does not fit: every request of the benchmark would fail), and a note saying
     what was shortened ("" when nothing was)."""
-    longest = longest_request(workload)
+    from tuner.bench.workload import WorkloadSpec, longest_request  # numpy: only when init runs
+
+    if workload["kind"] not in _SHRINKS:
+        return workload, ""  # a JSONL file: its requests are the user's own
+    # The generator's own requests (tuner/bench/workload.py), not a formula that could drift.
+    longest = longest_request(WorkloadSpec.from_dict(workload).make_conversations()) or 0
     if longest <= context_length:
         return workload, ""
     part = _SHRINKS[workload["kind"]]

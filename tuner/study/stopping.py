@@ -182,12 +182,6 @@ def decide(
         return keep_going(f"{n} of at least {rule.min_trials} trials launched")
     split = n - rule.patience
     before = [p for t, p in points[:split] if p is not None]
-    again = (
-        _remeasured(launched, split, alike, rule.remeasure_tolerance)
-        if alike is not None
-        else set()
-    )
-    window = [p for t, p in points[split:] if p is not None and t.number not in again]
     if not before:
         return keep_going(
             f"no trial within the SLOs before the last {rule.patience}: nothing to judge by"
@@ -198,6 +192,12 @@ def decide(
         return keep_going("no trial within the SLOs has beaten sglang's defaults yet")
     noise = rule.noise
     threshold = max(rule.min_gain, 2 * noise)
+    again = (
+        _remeasured(launched, split, alike, rule.remeasure_tolerance)
+        if alike is not None
+        else set()
+    )
+    window = [p for t, p in points[split:] if p is not None and t.number not in again]
     moved = front_move(before, window, rule.measure)
     what = _WHAT[rule.measure]
     if moved > threshold:

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.bench.workload import WorkloadSpec
+from tuner.bench.workload import WorkloadSpec, longest_request
 from tuner.engines.model_config import ModelMemory
 from tuner.errors import UserError
 from tuner.space.model import SearchSpace
@@ -105,23 +105,18 @@ def resident_token_bound(workload: WorkloadSpec, warmup: int, clients: int) -> i
     copy of the longest request for each client (requests in flight that share a prefix not yet
     cached each compute it until it is inserted). None for text prompts (no exact count)."""
     conversations = workload.make_conversations() + workload.make_warmup(warmup)
+    longest = longest_request(conversations)
+    if longest is None:
+        return None
     systems: set[tuple[Any, ...]] = set()
-    total = longest = 0
+    total = 0
     for conversation in conversations:
-        prompts = [conversation.system, *(t.user for t in conversation.turns)]
-        if any(isinstance(p, str) for p in prompts):
-            return None
         system = tuple(conversation.system)
         if system not in systems:
             systems.add(system)
             total += len(system)
-        history = len(system)
         for turn in conversation.turns:
-            answer = max(turn.output_len, len(turn.synthetic_answer))
             total += len(turn.user) + turn.output_len + len(turn.synthetic_answer)
-            history += len(turn.user)
-            longest = max(longest, history + turn.output_len)
-            history += answer
     return total + clients * longest
 
 
