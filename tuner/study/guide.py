@@ -306,13 +306,10 @@ class Guide:
         estimator = self.estimator
         if estimator is None or estimator.capacity:
             return None
+        self._refit(study.get_trials(deepcopy=False))
         blind = sorted(self._local.blind)
-        fitted: list[bool] = []  # refitted on first use: the rule often decides without it
 
         def seen(t: FrozenTrial) -> Hashable:
-            if not fitted:
-                self._refit(study.get_trials(deepcopy=False))
-                fitted.append(True)
             expected = estimator.expected(t.user_attrs.get(record.FLAGS) or self._flags(t.params))
             if expected is None:
                 return None
