@@ -15,8 +15,7 @@ def benchmarks(name: str):
     return importlib.import_module(f"benchmarks.{name}")
 
 
-@pytest.fixture(scope="module")
-def cut_study():
+def _cut_study(variant: str):
     from tuner.space.load import default_space_path, load_space
     from tuner.study.loop import quiet_optuna
 
@@ -32,8 +31,19 @@ def cut_study():
     # than the default): its draws are what the front cut acts on, while the corrected
     # estimate's picks seldom fall that far behind the front.
     method = dataclasses.replace(methods["default"], guide=(("model_share", 0.0),))
-    row, seen = early_cut.run_variant(method, "cut-1", 0, space, oracle, noise)
+    row, seen = early_cut.run_variant(method, variant, 0, space, oracle, noise)
     return space, oracle, row, seen
+
+
+@pytest.fixture(scope="module")
+def cut_study():
+    """The front cut alone: with the SLO cut too, the trials it would cut are the SLO cut's."""
+    return _cut_study("front-only")
+
+
+@pytest.fixture(scope="module")
+def slo_cut_study():
+    return _cut_study("cut-1")
 
 
 def test_trials_cut_by_the_front_stop_early_and_could_not_have_reached_it(cut_study):
@@ -65,3 +75,20 @@ def test_trials_cut_by_the_front_stop_early_and_could_not_have_reached_it(cut_st
             for f in feasible
         ), (t.number, full)
     assert row["cut_saved_s"] > 0 and row["bench_s"] > 0
+
+
+def test_trials_cut_for_an_slo_would_have_broken_it_noise_free(slo_cut_study):
+    space, oracle, row, seen = slo_cut_study
+    trials = seen.study.get_trials(deepcopy=False)
+    cut = [
+        t
+        for t in trials
+        if "cannot meet SLO" in str((t.user_attrs.get(record.PRUNED) or {}).get("reason"))
+    ]
+    assert cut and row["cut_slo"] == len(cut)
+    for t in cut:
+        stage = t.user_attrs[record.PRUNED]["stage"]
+        assert stage < space.bench.stages - 1 and seen.costs[t.number].stages_run == stage + 1
+        # The whole run, noise-free, breaks an SLO: the cut lost no feasible configuration.
+        full = oracle.of_args(list(t.user_attrs[record.SERVER_ARGS]))
+        assert full.launch_ok and not full.feasible, (t.number, full)

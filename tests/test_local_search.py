@@ -327,6 +327,34 @@ def test_between_the_best_trial_and_one_past_an_slos_edge_the_number_halfway_com
     assert off != proposal
 
 
+def test_a_trial_the_slo_cut_stopped_marks_the_edge_with_its_stage_figures():
+    """A cap far past the TPOT limit may be stopped after its first stage (the SLO cut,
+    tuner/trial/pruning.py): its stage throughput still marks the edge to bisect."""
+    space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
+    for rule, edge in (("slo", True), (None, False)):
+        study = optuna.create_study(directions=["maximize", "minimize"])
+        _measured(study, {**START, "max_running_requests": 4}, 400.0, {"p99_tpot_ms": -0.2})
+        constraints = {"launch": 0.0, "slo:p99_tpot_ms": 0.6}
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=optuna.trial.TrialState.PRUNED,
+                params={**START, "max_running_requests": 16},
+                distributions={k: _DISTRIBUTIONS[k] for k in START},
+                user_attrs={
+                    record.OUTCOME: record.OUTCOME_PRUNED,
+                    record.METRICS: {"output_throughput": 1500.0},
+                    record.CONSTRAINTS: constraints,
+                    record.PRUNED: {"stage": 0, "reason": "r", "rule": rule},
+                },
+                system_attrs={"constraints": list(constraints.values())},
+            )
+        )
+        trials = study.get_trials(deepcopy=False)
+        assert record.learned_from(trials[1]) is edge
+        proposal = LocalSearch(space, seed=0).propose(trials, {key(t.params) for t in trials})
+        assert (proposal == {**START, "max_running_requests": 8}) is edge
+
+
 def test_a_halfway_number_that_switches_a_param_on_proposes_it_too():
     """Window moves bisect draft steps 2 and 4 to 3, where adaptive speculation is a choice: the
     proposal carries it (at its first choice). Without it the sampler drew one, the proposal

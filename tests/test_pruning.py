@@ -1,3 +1,4 @@
+import math
 from dataclasses import replace
 
 import optuna
@@ -148,3 +149,44 @@ def test_the_summary_says_what_the_early_cuts_saved(tmp_path):
         "the stage pruner stopped 2 trials before their last stage (they could not reach the "
         "front): ~12 min of benchmark saved"
     )
+
+
+# -- the SLO cut: can the trial still end within every SLO? ------------------------------------
+
+SLO = StagePrunerConfig(n_startup_trials=100, front_cut=False, slo_min_trials=3, slo_slack=0.25)
+# Completed trials with one SLO (p99 TTFT): stage-1 load and full-run load (value / limit).
+# Their full runs ended 0.8x to 1.0x their first stage's load.
+ENDED = [
+    StagePoint(100.0, 20.0, final=(130.0, 18.0), slos=(0.5,), final_slos=(0.4,)),
+    StagePoint(200.0, 30.0, final=(220.0, 30.0), slos=(0.9,), final_slos=(0.9,)),
+    StagePoint(150.0, 25.0, final=(180.0, 24.0), slos=(1.1,), final_slos=(0.99,)),
+]
+
+
+def test_slo_cut_cuts_a_trial_whose_best_case_still_breaks_an_slo():
+    # The lowest latency of all, so the front cut would keep it; but 2.0 x 0.8 / 1.25 = 1.28:
+    # even the best factor seen leaves its TTFT 28% over the limit.
+    current = StagePoint(20.0, 5.0, duration_s=30.0, slos=(2.0,))
+    d = decide(0, 4, current, ENDED, SLO)
+    assert d.prune and "cannot meet SLO 1" in d.reason and "x0.64" in d.reason
+    assert d.time_saved_s == 90.0
+    assert not decide(0, 4, current, ENDED, replace(SLO, front_cut=True, slo_cut=False)).prune
+
+
+def test_slo_cut_keeps_a_trial_that_may_still_end_within_its_slos():
+    # 1.5 x 0.64 = 0.96: the factor one trial showed could bring it under the limit.
+    assert not decide(0, 4, StagePoint(20.0, 5.0, slos=(1.5,)), ENDED, SLO).prune
+    # A second SLO has its own factors: its full runs ended where their stages were (x1.0),
+    # so its best case is x0.8: 1.5 breaks it, 1.2 may not.
+    two = [replace(p, slos=(*p.slos, 0.5), final_slos=(*p.final_slos, 0.5)) for p in ENDED]
+    assert decide(0, 4, StagePoint(20.0, 5.0, slos=(0.5, 1.5)), two, SLO).prune
+    assert not decide(0, 4, StagePoint(20.0, 5.0, slos=(0.5, 1.2)), two, SLO).prune
+
+
+def test_slo_cut_needs_enough_full_runs_and_a_stage_left():
+    current = StagePoint(20.0, 5.0, slos=(3.0,))
+    assert not decide(0, 4, current, ENDED[:2], SLO).prune
+    assert not decide(0, 4, current, [replace(p, final_slos=None) for p in ENDED], SLO).prune
+    assert not decide(3, 4, current, ENDED, SLO).prune
+    assert not decide(0, 4, StagePoint(20.0, 5.0), ENDED, SLO).prune  # no SLOs measured
+    assert not decide(0, 4, StagePoint(20.0, 5.0, slos=(math.inf,)), ENDED, SLO).prune

@@ -101,6 +101,29 @@ def test_without_two_measured_trials_there_is_nothing_to_correct(world):
     assert model.best([random_params(space, random.Random(2))], set()) is None
 
 
+def test_a_trial_the_slo_cut_stopped_is_learned_from_by_its_stage_figures(world):
+    """Stopped after a stage because it could no longer meet an SLO (tuner/trial/pruning.py),
+    a trial still says how far the estimate is off there; one the front cut stopped does not
+    (its figures are of a run that may yet have ended on the front)."""
+    space, estimator, flags, measure = world
+    rng = random.Random(3)
+    first, second = random_params(space, rng), random_params(space, rng)
+    done = measure(first)
+    done.params = first
+    for rule, fitted in (("slo", True), (None, False)):
+        like = measure(second)
+        cut = optuna.trial.create_trial(
+            state=optuna.trial.TrialState.PRUNED,
+            params=like.params,
+            distributions=like.distributions,
+            user_attrs={**like.user_attrs, record.PRUNED: {"stage": 0, "rule": rule}},
+        )
+        cut.params = second
+        model = ResidualModel(space, estimator, flags)
+        model.fit([done, cut])
+        assert model.fitted is fitted
+
+
 def test_an_explicitly_chosen_sampler_keeps_its_trials():
     from tuner.study.guide import GuideSettings
     from tuner.study.options import StudyOptions

@@ -71,6 +71,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import optuna
+    from optuna.trial import FrozenTrial
 
 STUDY_SPACE = "space"
 STUDY_SPACE_FILE = "space_file"
@@ -149,6 +150,21 @@ FAILURE_CLASSES = (
 def feasible(constraints: dict[str, float]) -> bool:
     """Optuna's rule, in one place: a trial is feasible when every constraint is <= 0."""
     return all(v <= 0 for v in constraints.values())
+
+
+def learned_from(trial: FrozenTrial) -> bool:
+    """A trial the estimate and its residual model learn from: a completed one, or one the
+    SLO cut stopped (tuner/trial/pruning.py): it broke an SLO, and its stages' figures say by
+    how much and at what throughput, which the estimate's fit would otherwise never see."""
+    if trial.state.name == "COMPLETE":
+        return True
+    cut = trial.user_attrs.get(PRUNED)
+    return (
+        trial.state.name == "PRUNED"
+        and isinstance(cut, dict)
+        and cut.get("rule") == "slo"
+        and bool(trial.user_attrs.get(METRICS))
+    )
 
 
 # optuna-dashboard 0.21 reads only this list-style system attr (floats, <= 0 feasible); Optuna 5

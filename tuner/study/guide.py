@@ -327,7 +327,7 @@ class Guide:
 
     def _refit(self, trials: list[FrozenTrial]) -> None:
         assert self.estimator is not None
-        done = [t for t in trials if t.state == TrialState.COMPLETE]
+        done = [t for t in trials if record.learned_from(t)]
         if len(done) == self._fitted_on:
             return
         self._fitted_on = len(done)

@@ -143,7 +143,9 @@ class LocalSearch:
                 options += [(level, 0.0, self.rng.random(), p) for p in found]
         for branch, name in self._branches(best, scored):
             options += self._from(branch, scored, effects, tried, keep=name)
-        boundary = _boundary(scored) if self.config.boundary_offset is not None else None
+        boundary = (
+            _boundary(self.space, scored) if self.config.boundary_offset is not None else None
+        )
         if boundary is not None and boundary.number != best.number:
             offset = self.config.boundary_offset or 0.0
             extra = self._from(boundary, scored, effects, tried)
@@ -536,14 +538,25 @@ def _more_slots(move: Move, params: Mapping[str, Any]) -> bool:
     )
 
 
-def _boundary(scored: list[tuple[FrozenTrial, Standing]]) -> FrozenTrial | None:
+def _past_throughput(space: SearchSpace, t: FrozenTrial) -> float | None:
+    """The throughput a trial past an SLO measured: its value when it completed; the figure of
+    its last stage when the SLO cut stopped it there (tuner/trial/pruning.py); else None."""
+    if t.state == TrialState.COMPLETE:
+        return float(t.values[0]) if t.values else None
+    if not record.learned_from(t):
+        return None
+    value = (t.user_attrs.get(record.METRICS) or {}).get(space.objectives.throughput)
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+def _boundary(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> FrozenTrial | None:
     feasible = [t.values[0] for t, s in scored if s[0] == 1]
     if not feasible:
         return None
     beyond = [
         (s, t)
         for t, s in scored
-        if s[0] == 0 and t.values and t.state == TrialState.COMPLETE and t.values[0] > max(feasible)
+        if s[0] == 0 and (past := _past_throughput(space, t)) is not None and past > max(feasible)
     ]
     return max(beyond, key=lambda st: st[0])[1] if beyond else None
 
@@ -585,8 +598,8 @@ def _edges(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> li
         return []
     out: list[Params] = []
     for t, s in scored[1:]:
-        past = s[0] == 0 and t.state == TrialState.COMPLETE and bool(t.values)
-        if past and t.values[0] > best.values[0]:
+        past = _past_throughput(space, t) if s[0] == 0 else None
+        if past is not None and past > best.values[0]:
             middle = _halfway(space, best, t)
             if middle is not None:
                 out.append(middle)

@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from tuner.predict.estimate import Estimator
 from tuner.results import record
@@ -60,7 +60,7 @@ class ResidualModel:
         deterministic."""
         import numpy as np
 
-        done = tuple(t.number for t in trials if t.state == TrialState.COMPLETE)
+        done = tuple(t.number for t in trials if record.learned_from(t))
         if done == self._fitted_on:
             return
         self._fitted_on = done
@@ -70,7 +70,7 @@ class ResidualModel:
         for t in trials:
             # Repeats, same-run ones too, are left out: fed to the GP as points of their own, the
             # default lost its best seeds in tpot-8b (docs/same-run.md).
-            if t.state != TrialState.COMPLETE or record.DUPLICATE_OF in t.user_attrs:
+            if not record.learned_from(t) or record.DUPLICATE_OF in t.user_attrs:
                 continue
             metrics = t.user_attrs.get(record.METRICS) or {}
             measured = float(metrics.get("output_throughput") or 0.0)

@@ -114,10 +114,16 @@ class TrialObjective:
                 feasible = record.feasible(t.constraints)
                 # The front cut learns how far a full run ends from its stages; a repeat's
                 # copied figures would count one trial twice.
-                final = None
+                final, final_slos = None, None
                 if record.DUPLICATE_OF not in t.user_attrs and t.values:
                     final = (float(t.values[0]), float(t.values[1]))
-                point = replace(self._point(stages[stage]), feasible=feasible, final=final)
+                    final_slos = self._slo_loads(t.user_attrs.get(record.METRICS) or {})
+                point = replace(
+                    self._point(stages[stage]),
+                    feasible=feasible,
+                    final=final,
+                    final_slos=final_slos,
+                )
                 points.append(point)
         return points
 
@@ -127,7 +133,20 @@ class TrialObjective:
             throughput=float(summary.get(objectives.throughput, 0.0) or 0.0),
             latency=_finite(summary.get(objectives.latency)),
             duration_s=float(summary.get("duration", 0.0) or 0.0),
+            slos=self._slo_loads(summary),
         )
+
+    def _slo_loads(self, summary: dict[str, Any]) -> tuple[float, ...]:
+        """Each SLO's value over its limit (its limit over the value for a lower bound): over 1
+        is broken, and a stage's load scales to the full run's by a factor (the SLO cut)."""
+        loads = []
+        for slo in self.space.slos:
+            value = _finite(summary.get(slo.metric))
+            if slo.op in ("<=", "<"):
+                loads.append(value / slo.limit if slo.limit > 0 else math.nan)
+            else:
+                loads.append(slo.limit / value if value > 0 else math.inf)
+        return tuple(loads)
 
     # -- the trial -------------------------------------------------------------------------
 
@@ -333,6 +352,7 @@ class TrialObjective:
                         "stage": stage,
                         "reason": decision.reason,
                         "time_saved_s": decision.time_saved_s,
+                        "rule": decision.rule,
                     },
                 )
                 return False

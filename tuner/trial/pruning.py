@@ -17,6 +17,16 @@ each widened by `front_slack`; when a feasible completed trial's full run beats 
 case in both objectives, the rest of the benchmark cannot put the trial on the front, and it is
 cut. benchmarks/early_cut.py measures what that saves and loses.
 
+The SLO cut (`slo_cut`) asks the same of the SLOs: can this trial still end within each of
+them? Each SLO's figure is kept as its load, the stage's value over the limit (the limit over
+the value for a lower bound), so that more than 1 is broken. The completed trials say how far a
+full run's load ended from its stage-k load; the trial's best case is its stage load times the
+smallest such factor seen, narrowed by `front_slack`, and when that is still over 1 the full
+run cannot meet the SLO: the trial cannot be on the front of feasible runs, whatever its
+latency. The front cut alone kept such trials, since an SLO-breaking configuration can have
+the lowest per-token latency of all: a running cap of 1 with 16 clients (p99 TTFT 77 s against
+a 10 s limit) ran its whole benchmark, 3.5 times a normal trial's GPU time.
+
 Once `front_min_trials` full runs are known, the front cut alone decides: the first rule compares
 stage figures across configurations with a fixed 10% margin, and configurations ramp differently
 (in the quality benchmark's tpot-8b space the first rule cut a study's best configuration after
@@ -36,6 +46,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+SLO_CUT = "slo"  # `PruneDecision.rule` (and the trial's record) of the SLO cut
+
 
 @dataclass(frozen=True)
 class StagePoint:
@@ -47,6 +59,10 @@ class StagePoint:
     feasible: bool = True  # a completed trial that met every constraint (SLOs)
     # A completed trial's full-run (throughput, latency): what its stage figures ended as.
     final: tuple[float, float] | None = None
+    # Each SLO's load at this stage (value over limit; over 1 is broken), in the space's order,
+    # and a completed trial's full-run loads.
+    slos: tuple[float, ...] = ()
+    final_slos: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +76,9 @@ class StagePrunerConfig:
     front_min_trials: int = 8  # completed trials whose stage-to-full-run factors are known
     front_slack: float = 0.05  # widens the largest factors seen (a few trials miss extremes)
     front_min_stage: int = 0  # earliest stage index at which the front cut may happen
+    slo_cut: bool = True  # cut a trial whose best case still breaks an SLO (module doc)
+    slo_min_trials: int = 4  # completed trials whose stage-to-full-run SLO factors are known
+    slo_slack: float = 0.25  # narrows the smallest SLO factor seen (the SLO cut starts early)
 
 
 @dataclass(frozen=True)
@@ -67,6 +86,9 @@ class PruneDecision:
     prune: bool
     reason: str
     time_saved_s: float = 0.0
+    # "slo" when the SLO cut decided: the trial broke an SLO, and its stage figures are what
+    # the estimate learns from (tuner/study/guide.py), as from a full run.
+    rule: str | None = None
 
 
 def decide(
@@ -80,6 +102,8 @@ def decide(
     dominated at this stage (the first rule), or unable to reach the front (the front cut)."""
     if stage >= n_stages - 1:
         return PruneDecision(False, "last stage: nothing left to save")
+    if config.slo_cut and (broken := slo_cut(stage, n_stages, current, history, config)).prune:
+        return broken
     if config.front_cut and len(_full_runs(history)) >= config.front_min_trials:
         # The trials' own stage-to-full-run factors now bound what this one can end as; the
         # first rule's fixed margin assumes every configuration ramps alike, and they do not.
@@ -183,6 +207,48 @@ def front_cut(
         f"run measured {best.final[0]:.1f} at {best.final[1]:.1f}",
         time_saved_s=_time_saved(stage, n_stages, current),
     )
+
+
+def slo_cut(
+    stage: int,
+    n_stages: int,
+    current: StagePoint,
+    history: Sequence[StagePoint],
+    config: StagePrunerConfig,
+) -> PruneDecision:
+    """Cut `current` when even its best case breaks an SLO (the module docstring)."""
+    if stage >= n_stages - 1 or stage < config.front_min_stage:
+        return PruneDecision(False, "no SLO cut at this stage")
+    known = [
+        p
+        for p in history
+        if p.final_slos is not None and len(p.final_slos) == len(p.slos) == len(current.slos)
+    ]
+    if len(known) < config.slo_min_trials:
+        return PruneDecision(
+            False, f"{len(known)} of {config.slo_min_trials} full runs to bound an SLO by"
+        )
+    for i, load in enumerate(current.slos):
+        ratios = [
+            p.final_slos[i] / p.slos[i]
+            for p in known
+            if p.final_slos is not None
+            and 0 < p.slos[i] < math.inf
+            and 0 < p.final_slos[i] < math.inf
+        ]
+        if len(ratios) < config.slo_min_trials or not 0 < load < math.inf:
+            continue  # an SLO metric the stage lacks says nothing yet
+        down = min(ratios) / (1 + config.slo_slack)
+        if load * down > 1:
+            return PruneDecision(
+                True,
+                f"stage {stage + 1}/{n_stages}: cannot meet SLO {i + 1}: at {load:.2f}x its "
+                f"limit, and a full run ended at best x{down:.2f} of its stage {stage + 1} "
+                f"(the lowest of {len(ratios)} completed trials)",
+                time_saved_s=_time_saved(stage, n_stages, current),
+                rule=SLO_CUT,
+            )
+    return PruneDecision(False, "every SLO can still be met")
 
 
 def _full_runs(history: Sequence[StagePoint]) -> list[StagePoint]:
