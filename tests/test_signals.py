@@ -96,6 +96,26 @@ def test_a_signal_inside_a_deferred_block_is_raised_when_the_block_ends():
     signal.raise_signal(SIG)  # the signals that follow are ignored
 
 
+def test_a_signal_while_an_event_loop_runs_is_raised_by_the_loop_which_is_then_closed():
+    """The benchmark client runs in asyncio.run: the interrupt comes from a callback of its
+    loop, between steps, never from inside the step (or the loop's bookkeeping) under way."""
+    import asyncio
+
+    steps = []
+
+    async def bench() -> None:
+        signal.raise_signal(SIG)
+        steps.append("the step under way ends")  # not interrupted in the middle
+        await asyncio.sleep(5)
+        steps.append("never")
+
+    with pytest.raises(KeyboardInterrupt, match="SIGUSR1"):
+        asyncio.run(bench())
+    assert steps == ["the step under way ends"]
+    assert asyncio._get_running_loop() is None
+    signal.raise_signal(SIG)  # the signals that follow are ignored
+
+
 def test_a_signal_inside_the_journal_lock_interrupts_the_trial_after_the_write(journal, caplog):
     after_write = []
 

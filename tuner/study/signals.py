@@ -13,10 +13,17 @@ storage replays its log leaves it half applied. While the main thread runs insid
 (every call of the storage wrapper tuner/study/storage.py puts around a study's storage, and the
 tuner's own steps that must not be split, such as asking for a trial and writing its owner), the
 signal is only noted; the KeyboardInterrupt is raised when the outermost `deferred()` block ends.
+
+A signal that arrives while an asyncio event loop runs in the main thread (the benchmark client,
+tuner/bench/runner.py) is raised from a callback of that loop, not wherever the thread happens
+to be: raised inside the loop's own bookkeeping (as `run_forever` leaves), it left the loop
+marked running, and its garbage collection printed "Cannot close a running event loop" with a
+traceback after the tuner's "interrupted" line (seen once under load, with workers).
 """
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
 from collections.abc import Iterator
@@ -49,11 +56,21 @@ def stop_like_ctrl_c(signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> None
         if state.depth:
             state.pending = True
             return
+        loop = asyncio._get_running_loop()
+        if loop is not None and not loop.is_closed():
+            # Raised by the loop between its callbacks: it leaves run_forever cleanly, and
+            # asyncio.run closes it. A loop that stops first runs it as it shuts down.
+            loop.call_soon_threadsafe(_interrupt, state.fired)
+            return
         raise KeyboardInterrupt(state.fired)
 
     for sig in signals:
         if signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, handler)
+
+
+def _interrupt(name: str) -> None:
+    raise KeyboardInterrupt(name)
 
 
 def stop_requested() -> str | None:
