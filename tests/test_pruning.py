@@ -146,8 +146,8 @@ def test_the_summary_says_what_the_early_cuts_saved(tmp_path):
     summary = summarize(study, tmp_path, StudyOptions(studies_dir=tmp_path))
     assert summary.pruned == 2 and summary.pruned_saved_s == 720.0
     assert pruned_line(summary) == (
-        "the stage pruner stopped 2 trials before their last stage (they could not reach the "
-        "front): ~12 min of benchmark saved"
+        "the stage pruner stopped 2 trials before their last stage (they could not meet an "
+        "SLO or reach the front): ~12 min of benchmark saved"
     )
 
 

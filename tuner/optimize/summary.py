@@ -126,7 +126,7 @@ def pruned_line(summary: StudySummary) -> str:
     trials = "trial" if summary.pruned == 1 else "trials"
     return (
         f"the stage pruner stopped {summary.pruned} {trials} before their last stage (they could "
-        f"not reach the front): ~{minutes:.0f} min of benchmark saved"
+        f"not meet an SLO or reach the front): ~{minutes:.0f} min of benchmark saved"
     )
 
 
