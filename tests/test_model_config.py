@@ -88,3 +88,19 @@ def test_the_simulator_describes_its_gpu_and_model_directory():
     info = describe("rtx-pro-6000-blackwell", "qwen3.6-27b")
     assert info["gpu_memory_gb"] == pytest.approx(94.97 * 2**30 / 1e9)
     assert Path(info["model_config_dir"]) == (PROFILE_DIR / "model" / "qwen3.6-27b").resolve()
+
+
+def test_a_config_json_without_tie_word_embeddings_takes_its_model_types_default():
+    """Gemma-2-9B's config.json leaves the key out, and transformers ties its embeddings by
+    default there (9.24B parameters); a Llama-shaped config.json without it is untied."""
+    gemma = {
+        "model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336,
+        "num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "head_dim": 256, "vocab_size": 256000,
+    }  # fmt: skip
+    embed = 256000 * 3584
+    tied = parameter_counts(gemma)["text"]
+    assert abs(tied - 9_241_705_984) / 9_241_705_984 < 0.001  # the checkpoint's count
+    assert parameter_counts({**gemma, "tie_word_embeddings": False})["text"] == tied + embed
+    llama = {**gemma, "model_type": "llama"}
+    assert parameter_counts(llama)["text"] == tied + embed

@@ -25,6 +25,18 @@ from pathlib import Path
 from typing import Any
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1}
+# Model types whose transformers config class ties the output embedding to the input one when
+# config.json does not say (transformers 5.19, models/<type>/configuration_<type>.py:
+# `tie_word_embeddings: bool = True`); Llama, Qwen, Mistral, Phi-3 and DeepSeek default to
+# untied. Gemma-2-9B's config.json leaves it out, and counting its 0.9B-parameter embedding
+# twice put 1.8 GB of weights too many on the GPU.
+TIED_BY_DEFAULT = frozenset(
+    {
+        "gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n_text", "vaultgemma", "cohere",
+        "cohere2", "falcon", "gpt2", "gpt_bigcode", "gpt_neo", "bloom", "mpt", "opt",
+        "starcoder2", "smollm3", "minicpm3", "ernie4_5", "ernie4_5_moe", "lfm2", "jetmoe",
+    }
+)  # fmt: skip
 
 MISSING_CONFIG_HINT = (
     "the pre-launch memory check is off: configurations that cannot fit are launched and fail "
@@ -186,7 +198,9 @@ def parameter_counts(config: Mapping[str, Any]) -> dict[str, int]:
         mlp = 3 * hidden * ffn
     norms = 2 * hidden
     embed = vocab * hidden
-    tied = bool(cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
+    tied = cfg.get("tie_word_embeddings", config.get("tie_word_embeddings"))
+    if tied is None:
+        tied = str(cfg.get("model_type") or config.get("model_type") or "") in TIED_BY_DEFAULT
     text = full * attention + linear * gdn + layers * (mlp + norms) + hidden
     text += embed * (1 if tied else 2)
     mtp_layers = int(cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers") or 0)

@@ -24,6 +24,11 @@ import yaml
 
 from tuner.sim.effects import EffectError, HardwareEffects, ModelEffects, build_effects
 
+# Model types whose transformers config ties the embeddings unless config.json says otherwise
+# (transformers 5.19: Gemma 1-3, Cohere, Falcon, GPT-2 and BigCode, StarCoder2, SmolLM3, ...).
+_TIED_BY_DEFAULT = ("gemma", "vaultgemma", "cohere", "falcon", "gpt", "bloom", "mpt", "opt",
+                    "starcoder2", "smollm3", "minicpm3", "ernie4_5", "lfm2", "jetmoe")  # fmt: skip
+
 PROFILE_DIR = Path(__file__).parent / "profiles"
 DEFAULT_HARDWARE = "rtx-pro-6000-blackwell"
 DEFAULT_MODEL = "qwen3.6-27b"
@@ -444,7 +449,10 @@ def model_from_hf_config(model_dir: str | Path) -> ModelProfile:
     else:
         mlp_total = mlp_active = 3 * hidden * ffn
     embed = vocab * hidden
-    tied = bool(cfg.get("tie_word_embeddings", False))
+    tied = cfg.get("tie_word_embeddings", raw.get("tie_word_embeddings"))
+    if tied is None:  # transformers' default for the model type (models/*/configuration_*.py)
+        kind = str(cfg.get("model_type") or raw.get("model_type") or "")
+        tied = kind.startswith(_TIED_BY_DEFAULT)
     total = (
         full * attn_params
         + linear * linear_params
