@@ -78,5 +78,13 @@ def test_hicache_gains_nothing_without_prefix_reuse():
     plain, _, _ = serve(SMALL_POOL, RANDOM, 16)
     hi, _, _ = serve([*SMALL_POOL, *HICACHE], RANDOM, 16)
     assert plain.cache_hit_rate == hi.cache_hit_rate == 0.0
-    # host writes cost a little PCIe time and buy nothing here
-    assert hi.output_throughput <= plain.output_throughput * 1.03
+    # Served in real time (time scale 20), two runs differ by the host's load too (71.1 against
+    # 68.5 tok/s once, beside a benchmark on both cores): only a wide bound holds there.
+    assert hi.output_throughput <= plain.output_throughput * 1.10
+    # In modelled time, noise-free: host writes cost a little PCIe time and buy nothing here.
+    spec = WorkloadSpec(kind="random", requests=16, input_len=1024, output_len=64)
+    expected_plain = predict(SMALL_POOL, spec, concurrency=4)
+    expected_hi = predict([*SMALL_POOL, *HICACHE], spec, concurrency=4)
+    assert expected_hi.cache_hit_rate == 0.0
+    assert 0.97 * expected_plain.output_throughput <= expected_hi.output_throughput
+    assert expected_hi.output_throughput <= expected_plain.output_throughput
