@@ -122,12 +122,12 @@ def run_variant(
         if t.counted and t.truth is not None and t.truth.launch_ok
     ]
     trials = seen.study.get_trials(deepcopy=False) if seen.study else []
-    reasons = [str((t.user_attrs.get(record.PRUNED) or {}).get("reason", "")) for t in trials]
+    cuts = [t.user_attrs.get(record.PRUNED) or {} for t in trials]
+    rules = [c.get("rule") for c in cuts]
     cut = [
-        t.user_attrs[record.PRUNED]
-        for t in trials
-        if "cannot reach the front" in str((t.user_attrs.get(record.PRUNED) or {}).get("reason"))
-        and record.DUPLICATE_OF not in t.user_attrs
+        c
+        for t, c in zip(trials, cuts, strict=True)
+        if c.get("rule") == record.CUT_FRONT and record.DUPLICATE_OF not in t.user_attrs
     ]
     pruned_at = [int(c["stage"]) for c in cut]
     costs = seen.costs
@@ -141,8 +141,8 @@ def run_variant(
         # rest of the stages at the pace of those it ran): the saving in the study's own terms.
         "cut_saved_s": sum(float(c.get("time_saved_s", 0.0)) for c in cut),
         "cut_front_at_stage": {str(s + 1): pruned_at.count(s) for s in sorted(set(pruned_at))},
-        "cut_dominated": sum(1 for r in reasons if "dominate it" in r),
-        "cut_slo": sum(1 for r in reasons if "cannot meet SLO" in r),
+        "cut_dominated": rules.count(record.CUT_DOMINATED),
+        "cut_slo": rules.count(record.CUT_SLO),
         "points": points,
     }, seen
 

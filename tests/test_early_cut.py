@@ -46,11 +46,11 @@ def slo_cut_study():
     return _cut_study("cut-1")
 
 
-def _cut_by(trials, reason: str) -> list:
-    """The trials the stage pruner stopped for `reason` (a phrase of its recorded reason)."""
-    return [
-        t for t in trials if reason in str((t.user_attrs.get(record.PRUNED) or {}).get("reason"))
-    ]
+def _cut_by(trials, rule: str, phrase: str) -> list:
+    """The trials the stage pruner stopped by `rule`; the reason each records says `phrase`."""
+    cut = [t for t in trials if (t.user_attrs.get(record.PRUNED) or {}).get("rule") == rule]
+    assert all(phrase in t.user_attrs[record.PRUNED]["reason"] for t in cut)
+    return cut
 
 
 def test_trials_cut_by_the_front_stop_early_and_could_not_have_reached_it(cut_study):
@@ -58,7 +58,7 @@ def test_trials_cut_by_the_front_stop_early_and_could_not_have_reached_it(cut_st
     trials = seen.study.get_trials(deepcopy=False)
     cut = [
         t
-        for t in _cut_by(trials, "cannot reach the front")
+        for t in _cut_by(trials, record.CUT_FRONT, "cannot reach the front")
         if record.DUPLICATE_OF not in t.user_attrs
     ]
     assert len(cut) >= 3 and row["cut_front"] == len(cut)
@@ -86,7 +86,7 @@ def test_trials_cut_by_the_front_stop_early_and_could_not_have_reached_it(cut_st
 def test_trials_cut_for_an_slo_would_have_broken_it_noise_free(slo_cut_study):
     space, oracle, row, seen = slo_cut_study
     trials = seen.study.get_trials(deepcopy=False)
-    cut = _cut_by(trials, "cannot meet SLO")
+    cut = _cut_by(trials, record.CUT_SLO, "cannot meet SLO")
     assert cut and row["cut_slo"] == len(cut)
     for t in cut:
         stage = t.user_attrs[record.PRUNED]["stage"]

@@ -331,7 +331,7 @@ def test_a_trial_the_slo_cut_stopped_marks_the_edge_with_its_stage_figures():
     """A cap far past the TPOT limit may be stopped after its first stage (the SLO cut,
     tuner/trial/pruning.py): its stage throughput still marks the edge to bisect."""
     space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
-    for rule, edge in (("slo", True), (None, False)):
+    for rule, edge in ((record.CUT_SLO, True), (record.CUT_FRONT, False), (None, False)):
         study = optuna.create_study(directions=["maximize", "minimize"])
         _measured(study, {**START, "max_running_requests": 4}, 400.0, {"p99_tpot_ms": -0.2})
         constraints = {"launch": 0.0, "slo:p99_tpot_ms": 0.6}

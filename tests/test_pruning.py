@@ -18,7 +18,7 @@ HISTORY = [
 
 def test_prunes_a_clearly_dominated_trial_and_estimates_time_saved():
     d = decide(1, 4, StagePoint(60.0, 40.0, duration_s=20.0), HISTORY, CONFIG)
-    assert d.prune
+    assert d.prune and d.rule == record.CUT_DOMINATED
     assert "dominate" in d.reason
     # two stages of 10 s each remain
     assert d.time_saved_s == 20.0
@@ -88,7 +88,7 @@ FINISHED = [
 def test_front_cut_cuts_a_trial_whose_best_case_a_full_run_beats():
     # Best case: 100 x 1.3 x 1.05 = 136.5 tok/s at 40 x 0.9 / 1.05 = 34.3 ms; 220 at 30 beats it.
     d = decide(0, 4, StagePoint(100.0, 40.0, duration_s=30.0), FINISHED, FRONT)
-    assert d.prune and "cannot reach the front" in d.reason
+    assert d.prune and d.rule == record.CUT_FRONT and "cannot reach the front" in d.reason
     assert d.time_saved_s == 90.0  # three stages of 30 s left
 
 
@@ -168,7 +168,8 @@ def test_slo_cut_cuts_a_trial_whose_best_case_still_breaks_an_slo():
     # even the best factor seen leaves its TTFT 28% over the limit.
     current = StagePoint(20.0, 5.0, duration_s=30.0, slos=(2.0,))
     d = decide(0, 4, current, ENDED, SLO)
-    assert d.prune and "cannot meet SLO 1" in d.reason and "x0.64" in d.reason
+    assert d.prune and d.rule == record.CUT_SLO
+    assert "cannot meet SLO 1" in d.reason and "x0.64" in d.reason
     assert d.time_saved_s == 90.0
     assert not decide(0, 4, current, ENDED, replace(SLO, front_cut=True, slo_cut=False)).prune
 

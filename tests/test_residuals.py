@@ -110,7 +110,7 @@ def test_a_trial_the_slo_cut_stopped_is_learned_from_by_its_stage_figures(world)
     first, second = random_params(space, rng), random_params(space, rng)
     done = measure(first)
     done.params = first
-    for rule, fitted in (("slo", True), (None, False)):
+    for rule, fitted in ((record.CUT_SLO, True), (record.CUT_FRONT, False), (None, False)):
         like = measure(second)
         cut = optuna.trial.create_trial(
             state=optuna.trial.TrialState.PRUNED,

@@ -32,7 +32,8 @@ Trial user attrs:
     METRICS       the benchmark summary, sglang's field names (output_throughput,
                   total_throughput, median_tpot_ms, p99_ttft_ms, ...), of everything measured
     STAGES        list of per-stage summaries (same keys as METRICS, cumulative up to the stage)
-    PRUNED        {"stage": int, "reason": str, "time_saved_s": float} when pruned at a stage
+    PRUNED        {"stage": int, "reason": str, "time_saved_s": float, "rule": one of CUT_RULES}
+                  when the stage pruner stopped the trial (tuner/trial/pruning.py)
     RATE_STEPS    a capacity study's rate steps, in the order run (tuner/trial/capacity.py
                   RateStep): {"rate": req/s, "met": bool, "broke": "p99_ttft_ms <= 3000" | None,
                   "stopped_early": bool, "completed": int, "requests": int, "duration_s": float,
@@ -94,6 +95,12 @@ CAPACITY = "capacity"
 METRICS = "metrics"
 STAGES = "stages"
 PRUNED = "pruned"
+# The stage pruner's rules, PRUNED["rule"] (tuner/trial/pruning.py). Records written before
+# the rule was kept lack it, or hold None for the first two.
+CUT_DOMINATED = "dominated"  # below most completed trials at this stage, and dominated
+CUT_FRONT = "front"  # even its best case cannot reach the front of feasible full runs
+CUT_SLO = "slo"  # even its best case breaks an SLO
+CUT_RULES = (CUT_DOMINATED, CUT_FRONT, CUT_SLO)
 RATE_STEPS = "rate_steps"
 PREDICTION = "prediction"
 TIMINGS = "timings"
@@ -162,7 +169,7 @@ def learned_from(trial: FrozenTrial) -> bool:
     return (
         trial.state.name == "PRUNED"
         and isinstance(cut, dict)
-        and cut.get("rule") == "slo"
+        and cut.get("rule") == CUT_SLO
         and bool(trial.user_attrs.get(METRICS))
     )
 

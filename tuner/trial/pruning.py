@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SLO_CUT = "slo"  # `PruneDecision.rule` (and the trial's record) of the SLO cut
+from tuner.results.record import CUT_DOMINATED, CUT_FRONT, CUT_SLO
 
 
 @dataclass(frozen=True)
@@ -86,8 +86,9 @@ class PruneDecision:
     prune: bool
     reason: str
     time_saved_s: float = 0.0
-    # "slo" when the SLO cut decided: the trial broke an SLO, and its stage figures are what
-    # the estimate learns from (tuner/study/guide.py), as from a full run.
+    # Which rule cut the trial (tuner/results/record.py CUT_RULES), None when none did. After
+    # the SLO cut the trial broke an SLO, and its stage figures are what the estimate learns
+    # from (tuner/study/guide.py), as from a full run.
     rule: str | None = None
 
 
@@ -164,7 +165,9 @@ def _dominated_at_stage(
             f", and {len(dominators)} of them dominate it (best {best.throughput:.1f} at "
             f"latency {best.latency:.1f} vs {current.latency:.1f})"
         )
-    return PruneDecision(True, reason, time_saved_s=_time_saved(stage, n_stages, current))
+    return PruneDecision(
+        True, reason, time_saved_s=_time_saved(stage, n_stages, current), rule=CUT_DOMINATED
+    )
 
 
 def front_cut(
@@ -206,6 +209,7 @@ def front_cut(
         f"{len(known)} completed trials ended from its stage {stage + 1}), and a feasible full "
         f"run measured {best.final[0]:.1f} at {best.final[1]:.1f}",
         time_saved_s=_time_saved(stage, n_stages, current),
+        rule=CUT_FRONT,
     )
 
 
@@ -246,7 +250,7 @@ def slo_cut(
                 f"limit, and a full run ended at best x{down:.2f} of its stage {stage + 1} "
                 f"(the lowest of {len(ratios)} completed trials)",
                 time_saved_s=_time_saved(stage, n_stages, current),
-                rule=SLO_CUT,
+                rule=CUT_SLO,
             )
     return PruneDecision(False, "every SLO can still be met")
 
