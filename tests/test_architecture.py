@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tuner.space",),  # the search-space language
     ("tuner.results",),  # what trials leave, and its readers
     ("tuner.host", "tuner.launcher", "tuner.bench", "tuner.engines"),  # the edges
-    ("tuner.errors", "tuner"),
+    ("tuner.errors", "tuner.signals", "tuner"),
 )
 
 

@@ -13,8 +13,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from tuner import signals
 from tuner.results import record
-from tuner.study import signals
+from tuner.signals import stop_like_ctrl_c
 from tuner.study.loop import run_trials
 from tuner.study.recovery import (
     OwnerHeartbeat,
@@ -23,7 +24,6 @@ from tuner.study.recovery import (
     recover_abandoned,
     this_owner,
 )
-from tuner.study.signals import stop_like_ctrl_c
 from tuner.study.storage import trial_id
 
 pytestmark = pytest.mark.skipif(

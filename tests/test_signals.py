@@ -4,6 +4,7 @@ signal is raised by the test itself at chosen points (no wall-clock asserts)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -17,10 +18,10 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.storages.journal import _file as journal_file
 from optuna.trial import TrialState
 
+from tuner import signals
 from tuner.results import record
-from tuner.study import signals
+from tuner.signals import deferred, run_async, stop_like_ctrl_c
 from tuner.study.loop import queue_baseline_and_retries, run_trials
-from tuner.study.signals import deferred, stop_like_ctrl_c
 from tuner.study.storage import signal_safe
 
 SIG = signal.SIGUSR1
@@ -114,6 +115,57 @@ def test_a_signal_while_an_event_loop_runs_is_raised_by_the_loop_which_is_then_c
     assert steps == ["the step under way ends"]
     assert asyncio._get_running_loop() is None
     signal.raise_signal(SIG)  # the signals that follow are ignored
+
+
+class _LoopClosedWithASignal(asyncio.DefaultEventLoopPolicy):
+    """Event loops whose close() receives SIG before it has closed anything: the window in
+    which asyncio.run's teardown used to be interrupted, leaving a half-closed loop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loops: list[asyncio.AbstractEventLoop] = []
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        loop = super().new_event_loop()
+        close = loop.close
+
+        def close_after_a_signal() -> None:
+            signal.raise_signal(SIG)
+            close()
+
+        loop.close = close_after_a_signal  # type: ignore[method-assign]
+        self.loops.append(loop)
+        return loop
+
+
+def test_a_signal_while_asyncio_run_closes_its_loop_is_raised_once_the_loop_is_closed():
+    policy = _LoopClosedWithASignal()
+    previous = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(policy)
+    try:
+        with pytest.raises(KeyboardInterrupt, match="SIGUSR1"):
+            run_async(_seven())
+    finally:
+        asyncio.set_event_loop_policy(previous)
+    (loop,) = policy.loops
+    assert loop.is_closed() and not loop.is_running()
+
+
+def test_a_signal_before_the_loop_runs_the_benchmark_stops_it_before_its_first_step():
+    steps = []
+
+    async def bench() -> None:
+        steps.append("started")
+
+    with pytest.raises(KeyboardInterrupt, match="SIGUSR1"), deferred():
+        signal.raise_signal(SIG)  # noted, as while asyncio.run makes its loop
+        run_async(bench())
+    assert steps == []
+    assert run_async(_seven()) == 7  # later calls run as usual
+
+
+async def _seven() -> int:
+    return 7
 
 
 def test_a_signal_inside_the_journal_lock_interrupts_the_trial_after_the_write(journal, caplog):

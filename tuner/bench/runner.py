@@ -38,6 +38,7 @@ from tuner.bench.wallclock import WallClockDispatch
 from tuner.bench.workload import Conversation, WorkloadSpec
 from tuner.engines.model_config import ModelConfigError, find_config_dir, read_config, text_config
 from tuner.errors import UserError
+from tuner.signals import run_async
 
 ARRIVALS = ("poisson", "constant")
 
@@ -151,7 +152,7 @@ def run_bench(
     Raises UserError when the server cannot be reached at all; failures of single requests
     are recorded in their RequestRecord and counted in `summary["failed"]`.
     """
-    return asyncio.run(run_bench_async(cfg, on_stage, on_progress))
+    return run_async(run_bench_async(cfg, on_stage, on_progress))
 
 
 async def run_bench_async(

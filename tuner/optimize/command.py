@@ -13,10 +13,10 @@ from tuner.optimize.summary import print_summary
 from tuner.results.report import write_report
 from tuner.results.storage import open_storage
 from tuner.results.study_lock import ensure_writable_dir
+from tuner.signals import stop_like_ctrl_c
 from tuner.study.loop import quiet_optuna, run_study
 from tuner.study.options import StudyOptions, check_options
 from tuner.study.run import resolve_run
-from tuner.study.signals import stop_like_ctrl_c
 from tuner.study.workers import gpu_groups, run_parallel
 
 

@@ -8,8 +8,8 @@ once: space, launch target, host facts), `loop` (open or resume the study, run t
 budget, summarize), `sampler` (the Optuna sampler), `budget` (what `--trials` counts),
 `baseline` (sglang's defaults as the first trial), `guide` (the estimate's warm start and the
 late polish), `workers` (several trials at once), `recovery` (trials left by a killed process),
-`signals` (SIGTERM and SIGHUP act as Ctrl-C), `storage` (the study's storage wrapped so that a
-stop signal never lands inside a write, and trial ids by number).
+`storage` (the study's storage wrapped so that a stop signal, tuner/signals.py, never lands
+inside a write, and trial ids by number).
 """
 
 from tuner.study.baseline import default_trial_params

@@ -36,6 +36,7 @@ from tuner.results.goals import MAXIMIZE, MINIMIZE, goal_named
 from tuner.results.pareto import Point, pareto_front
 from tuner.results.storage import describe_storage, open_storage, storage_file
 from tuner.results.study_lock import LOCK_SUFFIX, StudyLock, ensure_writable_file
+from tuner.signals import deferred, stop_requested
 from tuner.study.baseline import Baseline, default_trial_params
 from tuner.study.budget import FINISHED, SkipLimit, counts, measured_count, summary_counts
 from tuner.study.guide import Guide, GuideSettings, make_guide
@@ -43,7 +44,6 @@ from tuner.study.options import StudyOptions, StudySummary
 from tuner.study.recovery import OwnerHeartbeat, owner_tag, recover_abandoned, trial_owner
 from tuner.study.run import Run
 from tuner.study.sampler import grid_points_left, make_sampler
-from tuner.study.signals import deferred, stop_requested
 from tuner.study.stopping import Measure, StopDecision, Stopping, StopRule
 from tuner.study.storage import (
     SignalSafeStorage,
@@ -424,7 +424,7 @@ def _run_one(
 
 def _record_interrupted(study: optuna.Study, trial: optuna.Trial) -> None:
     """It measured nothing: FAIL, marked so that the next run queues it again. A signal that
-    follows is ignored (tuner/study/signals.py), so this runs to the end."""
+    follows is ignored (tuner/signals.py), so this runs to the end."""
     with contextlib.suppress(UpdateFinishedTrialError):
         trial.set_user_attr(record.INTERRUPTED, True)
     _tell(study, trial, state=TrialState.FAIL)

@@ -34,7 +34,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.results import record
 from tuner.results.study_lock import StudyLock
-from tuner.study.signals import deferred
+from tuner.signals import deferred
 from tuner.study.storage import optuna_heartbeat_s, storage_of, trial_id
 from tuner.trial.objective import EventHook
 

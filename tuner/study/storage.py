@@ -2,7 +2,7 @@
 
 `signal_safe(storage)` wraps the storage a command opened (tuner/results/storage.py) in a class
 that delegates each storage method to it and runs the call inside `deferred()`, so a stop signal
-never lands inside a write (tuner/study/signals.py says why). The loop keeps the wrapper in hand
+never lands inside a write (tuner/signals.py says why). The loop keeps the wrapper in hand
 and passes it down; trial ids come from the storage's public lookups, not from Optuna's private
 `Trial._trial_id`.
 
@@ -25,7 +25,7 @@ from optuna.storages import BaseStorage, get_storage
 # (docs/design.md, "Optuna's private names").
 from optuna.storages._heartbeat import BaseHeartbeat
 
-from tuner.study.signals import deferred
+from tuner.signals import deferred
 
 _Cls = TypeVar("_Cls", bound=type)
 

@@ -29,6 +29,7 @@ from tuner.errors import UserError
 from tuner.launcher import die_with_parent
 from tuner.results.record import WORKER
 from tuner.results.study_lock import StudyLock
+from tuner.signals import stop_like_ctrl_c
 from tuner.study.loop import (
     finished_count,
     open_study,
@@ -40,7 +41,6 @@ from tuner.study.loop import (
 from tuner.study.options import StudySummary
 from tuner.study.recovery import recover_trials
 from tuner.study.run import Run
-from tuner.study.signals import stop_like_ctrl_c
 from tuner.trial.objective import EventHook
 
 _STOP_S = 30  # what an interrupted worker gets to stop its server and record its trial

@@ -37,6 +37,7 @@ from typing import Any
 
 from tuner.bench import BenchClient, BenchConfig, BenchResult, Summary, run_bench
 from tuner.results.goals import SUSTAINED_RATE, Slo, as_float
+from tuner.signals import run_async
 
 # Checks per step for a broken SLO (stages of the run, by requests completed).
 STEP_CHECKS = 10
@@ -285,4 +286,4 @@ def drain_and_flush(config: BenchConfig) -> bool:
                     return False
                 await asyncio.sleep(0.1)
 
-    return asyncio.run(flush())
+    return run_async(flush())

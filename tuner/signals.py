@@ -17,9 +17,12 @@ signal is only noted; the KeyboardInterrupt is raised when the outermost `deferr
 A signal that arrives while an asyncio event loop runs in the main thread (the benchmark client,
 tuner/bench/runner.py) is raised from a callback of that loop, not wherever the thread happens
 to be: raised inside the loop's own bookkeeping (as `run_forever` leaves), it can leave the loop
-marked running. A traceback from `BaseEventLoop.__del__` after the tuner's "interrupted" line
-was seen under load (tests/test_faults.py, SIGTERM) before this change and once after it, so
-it has another cause too, not yet found.
+marked running. `run_async` (asyncio.run for the tuner) also keeps the signal out of the code
+around the loop: raised while `asyncio.run` creates the loop, or while it closes it (inside
+`loop.close()`, half of the self-pipe closed), it leaves a loop that is closed again at garbage
+collection, which prints a traceback from `BaseEventLoop.__del__` after the tuner's
+"interrupted" line. A signal there is raised when `asyncio.run` returns, or by the coroutine's
+first step when it came before the loop ran it.
 """
 
 from __future__ import annotations
@@ -27,9 +30,12 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -54,16 +60,15 @@ def stop_like_ctrl_c(signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> None
         if state.fired is not None:
             return
         state.fired = signal.Signals(signum).name
-        if state.depth:
-            state.pending = True
-            return
-        loop = asyncio._get_running_loop()
-        if loop is not None and not loop.is_closed():
+        loop = _running_loop()
+        if loop is not None:
             # Raised by the loop between its callbacks: it leaves run_forever cleanly, and
             # asyncio.run closes it. A loop that stops first runs it as it shuts down.
             loop.call_soon_threadsafe(_interrupt, state.fired)
-            return
-        raise KeyboardInterrupt(state.fired)
+        if state.depth:
+            state.pending = True  # and raised at the end of the block, if the loop did not
+        elif loop is None:
+            raise KeyboardInterrupt(state.fired)
 
     for sig in signals:
         if signal.getsignal(sig) is not signal.SIG_IGN:
@@ -72,6 +77,29 @@ def stop_like_ctrl_c(signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> None
 
 def _interrupt(name: str) -> None:
     raise KeyboardInterrupt(name)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    return None if loop.is_closed() else loop
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)`, interrupted by a stop signal only while its loop runs `main`: one
+    that arrives while the loop is made or closed is raised when `asyncio.run` returns (the
+    module docstring), or before `main` starts when it came before the loop ran."""
+
+    async def guarded() -> T:
+        if _state.pending:
+            main.close()
+            raise KeyboardInterrupt(_state.fired)
+        return await main
+
+    with deferred():
+        return asyncio.run(guarded())
 
 
 def stop_requested() -> str | None:
