@@ -19,17 +19,14 @@ from typing import Any
 
 def _study(task: tuple[str, str, int, str]) -> tuple[int, int, list[tuple[int, int, list[str]]]]:
     world, space_name, seed, method_name = task
-    from benchmarks.oracle_measurer import NoiseModel, OracleCache
+    from benchmarks.oracle_measurer import NoiseModel
     from benchmarks.quality import study
-    from benchmarks.quality.cli import default_store
     from benchmarks.quality.methods import METHODS
-    from benchmarks.quality.truth import Oracle
-    from benchmarks.quality.worlds import world_space
+    from benchmarks.quality.truth import world_oracle
     from tuner.study.loop import quiet_optuna
 
     quiet_optuna()
-    space = world_space(space_name, world)
-    oracle = Oracle(space, OracleCache(space, default_store()))
+    space, oracle = world_oracle(space_name, world)
     method = next(m for m in METHODS if m.name == method_name)
     run = study.run_study(method, seed, 40, space, oracle, NoiseModel(0.02, 0.02, 0.05))
     oracle.save()

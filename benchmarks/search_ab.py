@@ -31,18 +31,15 @@ def _parse(variant: str) -> tuple[str, dict[str, Any]]:
 
 def _study(task: tuple[str, str, int, str]) -> tuple[str, float, float, list[float]]:
     world, space_name, seed, variant = task
-    from benchmarks.oracle_measurer import NoiseModel, OracleCache
+    from benchmarks.oracle_measurer import NoiseModel
     from benchmarks.quality import study
-    from benchmarks.quality.cli import default_store
     from benchmarks.quality.methods import METHODS
-    from benchmarks.quality.truth import Oracle
-    from benchmarks.quality.worlds import world_space
+    from benchmarks.quality.truth import world_oracle
     from tuner.study.local_search import LocalSearchConfig
     from tuner.study.loop import quiet_optuna
 
     quiet_optuna()
-    space = world_space(space_name, world)
-    oracle = Oracle(space, OracleCache(space, default_store()))
+    space, oracle = world_oracle(space_name, world)
     name, fields = _parse(variant)
     method_name = name.split("/")[0] if "/" in name else "default"
     method = next(m for m in METHODS if m.name == method_name)

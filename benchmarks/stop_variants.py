@@ -35,18 +35,15 @@ def _outcome(run: Any) -> Outcome:
 
 def _cell_seed(task: tuple[str, str, int, list[str]]) -> tuple[str, str, dict[str, Outcome]]:
     world, space_name, seed, variants = task
-    from benchmarks.oracle_measurer import NoiseModel, OracleCache
+    from benchmarks.oracle_measurer import NoiseModel
     from benchmarks.quality import study
-    from benchmarks.quality.cli import default_store
     from benchmarks.quality.methods import METHODS
-    from benchmarks.quality.truth import Oracle
-    from benchmarks.quality.worlds import world_space
+    from benchmarks.quality.truth import world_oracle
     from tuner.study.loop import quiet_optuna
     from tuner.study.stopping import StopRule
 
     quiet_optuna()
-    space = world_space(space_name, world)
-    oracle = Oracle(space, OracleCache(space, default_store()))
+    space, oracle = world_oracle(space_name, world)
     noise = NoiseModel(0.02, 0.02, 0.05)
     default = next(m for m in METHODS if m.name == "default")
     out = {"full": _outcome(study.run_study(default, seed, 40, space, oracle, noise))}

@@ -396,3 +396,39 @@ def test_a_same_run_repeat_tells_the_search_its_move_changed_nothing(space):
     )
     effects = _move_effects(space, study.trials)
     assert effects[("chunked_prefill_size", "8192", "16384", ())] == -1.0
+
+
+def test_moves_the_estimate_expects_to_lose_much_wait_behind_smaller_steps(space):
+    """From a feasible best trial, the range ends come first; with `doomed_penalty`, the ends
+    the estimate scores more than 20% below the best (a cap of 1, no speculation, the smallest
+    memory fraction) wait behind the halfway moves it does not."""
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    best = {**START, "speculative_algorithm": "NEXTN", "speculative_num_steps": 3}
+    best |= {"mem_fraction_static": 0.95, "max_running_requests": 16}
+    _measured(study, best, 480.0, {"p99_ttft_ms": -0.5})
+    trials = study.get_trials(deepcopy=False)
+
+    def estimate(p: dict) -> float:
+        return (
+            p["max_running_requests"]
+            * p["mem_fraction_static"]
+            * (1.0 if p.get("speculative_algorithm") else 0.7)
+        )
+
+    def order(penalty: float) -> list[dict]:
+        config = LocalSearchConfig(doomed_penalty=penalty, trend_weight=0.0)
+        search = LocalSearch(space, config, seed=0, rank=estimate)
+        tried, out = {key(t.params) for t in trials}, []
+        while (proposal := search.propose(trials, tried)) is not None and len(out) < 80:
+            tried.add(key(proposal))
+            out.append(proposal)
+        return out
+
+    def doomed(p: dict) -> bool:
+        return estimate(p) < 0.8 * estimate(best)
+
+    halfway = {**best, "speculative_num_steps": 4}  # level 1, scored as the best
+    for penalty, waits in ((3.0, True), (0.0, False)):
+        proposals = order(penalty)
+        first_doomed = next(i for i, p in enumerate(proposals) if doomed(p))
+        assert (proposals.index(halfway) < first_doomed) is waits, penalty

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.oracle_measurer import NoiseModel, OracleCache, OracleMeasurer
+from benchmarks.oracle_measurer import NoiseModel, OracleCache, OracleMeasurer, default_store
 from benchmarks.quality.grid import full_flags, nested_loops, param_values
 from tuner.engines import sglang as engine
 from tuner.results.goals import MAXIMIZE, MINIMIZE
@@ -192,3 +192,12 @@ def summarize_optimum(oracle: Oracle, seconds: float) -> OptimumReport:
         feasible=len(feasible),
         seconds=seconds,
     )
+
+
+def world_oracle(space_name: str, world: str | None) -> tuple[SearchSpace, Oracle]:
+    """A quality cell's space in `world` (benchmarks/quality/worlds.py) and its oracle on the
+    shared store of measured configurations."""
+    from benchmarks.quality.worlds import world_space
+
+    space = world_space(space_name, world)
+    return space, Oracle(space, OracleCache(space, default_store()))

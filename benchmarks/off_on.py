@@ -1,0 +1,146 @@
+"""One change of the search side by side, off and on, on the quality benchmark's studies.
+
+    python benchmarks/off_on.py TOGGLE WORLDS SPACES SEEDS JOBS
+
+TOGGLE names the change (`TOGGLES`):
+
+- `slo-cut`: the stage pruner's SLO cut (tuner/trial/pruning.py `slo_cut`). Off, the pruner is
+  the one before it came and no trial is learnt from by its stage figures, so `off` reproduces
+  the studies of the code before the cut.
+- `doomed`: the local search's wait for moves the estimate scores far below the trial they
+  move from (tuner/study/local_search.py `doomed_penalty`; on: 3 levels, off: 0).
+
+For each world x space x seed it runs the default method for the whole 40 trials and with the
+stop rule (`--min-gain 0.01`, as the quick start), each with the change off and on, and prints
+per cell: the full study's best noise-free SLO-feasible throughput as a share of the cell's
+best seen (median, and the worst seed), its modelled GPU hours, the launched trials until its
+best reached 99% of that (median; 41: never), the stopped study's GPU hours and their share
+of its own full study's, and the stopped study's best over its full study's. WORLDS and
+SPACES are comma-separated names (benchmarks/quality/worlds.py).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+if __name__ == "__main__":  # run as a file: the benchmarks package lives one folder up
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+# (best noise-free feasible throughput, modelled GPU seconds, launched trials, launches until
+# the best reached each value: the running best after each launch)
+Outcome = tuple[float, float, int, list[float]]
+Runs = dict[str, Outcome]  # "full-off", "stop-off", "full-on", "stop-on"
+
+
+def _slo_cut(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+    from benchmarks.early_cut import Seen, pruner_config
+    from tuner.trial import StagePrunerConfig
+
+    return method, pruner_config(StagePrunerConfig(slo_cut=on), Seen())
+
+
+def _local_search(field: str, value: float) -> Callable[[Any, bool], tuple[Any, Any]]:
+    """A toggle of one LocalSearchConfig field: `value` when on, 0 when off, the rest default."""
+
+    def toggle(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+        from tuner.study.local_search import LocalSearchConfig
+
+        changed: dict[str, Any] = {field: value if on else 0.0}
+        config = replace(LocalSearchConfig(), **changed)
+        return replace(method, guide=(("local_search", config),)), nullcontext()
+
+    return toggle
+
+
+TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]] = {
+    "slo-cut": _slo_cut,
+    "doomed": _local_search("doomed_penalty", 3.0),
+}
+
+
+def outcome(run: Any) -> Outcome:
+    best, gpu, curve = 0.0, 0.0, []
+    for t in run.trials:
+        gpu += t.gpu_s
+        if t.counted and t.truth and t.truth.feasible:
+            best = max(best, t.truth.throughput)
+        curve.append(best)
+    return best, gpu, len(run.trials), curve
+
+
+def _cell_seed(task: tuple[str, str, str, int]) -> tuple[str, str, int, Runs]:
+    toggle, world, space_name, seed = task
+    from benchmarks.oracle_measurer import NoiseModel
+    from benchmarks.quality import study
+    from benchmarks.quality.methods import METHODS
+    from benchmarks.quality.truth import world_oracle
+    from tuner.study.loop import quiet_optuna
+
+    quiet_optuna()
+    space, oracle = world_oracle(space_name, world)
+    noise = NoiseModel(0.02, 0.02, 0.05)
+    default = next(m for m in METHODS if m.name == "default")
+    out: Runs = {}
+    for state in ("off", "on"):
+        for name, base in (("full", default), ("stop", replace(default, min_gain=0.01))):
+            method, context = TOGGLES[toggle](base, state == "on")
+            with context:
+                run = study.run_study(method, seed, 40, space, oracle, noise)
+            out[f"{name}-{state}"] = outcome(run)
+    oracle.save()
+    return world, space_name, seed, out
+
+
+def main(argv: list[str]) -> None:
+    toggle, worlds, spaces = argv[0], argv[1].split(","), argv[2].split(",")
+    if toggle not in TOGGLES:
+        raise SystemExit(f"unknown toggle {toggle!r}: one of {', '.join(TOGGLES)}")
+    seeds, jobs = int(argv[3]), int(argv[4])
+    tasks = [(toggle, w, s, k) for s in spaces for w in worlds for k in range(seeds)]
+    with ProcessPoolExecutor(jobs) as pool:
+        results = list(pool.map(_cell_seed, tasks))
+    cells: dict[tuple[str, str], list[Runs]] = {}
+    for world, space, _seed, out in results:
+        cells.setdefault((world, space), []).append(out)
+    print(
+        "| world | space | full study's best (worst seed), off -> on | its GPU h, off -> on "
+        "| launches to 99%, off -> on | stopped: GPU h, off -> on "
+        "| stopped: share of full (max), off -> on | stopped: best / full (worst), off -> on "
+        "| seeds whose full best fell / rose |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for (world, space), outs in cells.items():
+        top = max(o[k][0] for o in outs for k in o) or 1.0
+        med = statistics.median
+        cols = []
+        for state in ("off", "on"):
+            full = [o[f"full-{state}"] for o in outs]
+            stop = [o[f"stop-{state}"] for o in outs]
+            shares = [s[1] / f[1] for s, f in zip(stop, full, strict=True)]
+            kept = [s[0] / f[0] if f[0] else 1.0 for s, f in zip(stop, full, strict=True)]
+            to99 = [next((i + 1 for i, b in enumerate(f[3]) if b >= 0.99 * top), 41) for f in full]
+            cols.append(
+                (
+                    f"{med([f[0] / top for f in full]):.3f} ({min(f[0] for f in full) / top:.3f})",
+                    f"{med([f[1] / 3600 for f in full]):.2f}",
+                    f"{med(to99):.0f}",
+                    f"{med([s[1] / 3600 for s in stop]):.2f}",
+                    f"{med(shares):.0%} ({max(shares):.0%})",
+                    f"{med(kept):.3f} ({min(kept):.3f})",
+                )
+            )
+        fell = sum(1 for o in outs if o["full-on"][0] < 0.995 * o["full-off"][0])
+        rose = sum(1 for o in outs if o["full-on"][0] > 1.005 * o["full-off"][0])
+        row = " | ".join(f"{a} -> {b}" for a, b in zip(cols[0], cols[1], strict=True))
+        print(f"| {world} | {space} | {row} | {fell} / {rose} |", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
