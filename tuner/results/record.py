@@ -32,7 +32,8 @@ Trial user attrs:
     METRICS       the benchmark summary, sglang's field names (output_throughput,
                   total_throughput, median_tpot_ms, p99_ttft_ms, ...), of everything measured
     STAGES        list of per-stage summaries (same keys as METRICS, cumulative up to the stage)
-    PRUNED        {"stage": int, "reason": str, "time_saved_s": float, "rule": one of CUT_RULES}
+    PRUNED        {"stage": int, "reason": str, "time_saved_s": float, "rule": CUT_DOMINATED,
+                  CUT_FRONT or CUT_SLO}
                   when the stage pruner stopped the trial (tuner/trial/pruning.py)
     RATE_STEPS    a capacity study's rate steps, in the order run (tuner/trial/capacity.py
                   RateStep): {"rate": req/s, "met": bool, "broke": "p99_ttft_ms <= 3000" | None,
@@ -100,7 +101,6 @@ PRUNED = "pruned"
 CUT_DOMINATED = "dominated"  # below most completed trials at this stage, and dominated
 CUT_FRONT = "front"  # even its best case cannot reach the front of feasible full runs
 CUT_SLO = "slo"  # even its best case breaks an SLO
-CUT_RULES = (CUT_DOMINATED, CUT_FRONT, CUT_SLO)
 RATE_STEPS = "rate_steps"
 PREDICTION = "prediction"
 TIMINGS = "timings"

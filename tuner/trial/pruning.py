@@ -86,7 +86,7 @@ class PruneDecision:
     prune: bool
     reason: str
     time_saved_s: float = 0.0
-    # Which rule cut the trial (tuner/results/record.py CUT_RULES), None when none did. After
+    # Which rule cut the trial (tuner/results/record.py CUT_*), None when none did. After
     # the SLO cut the trial broke an SLO, and its stage figures are what the estimate learns
     # from (tuner/study/guide.py), as from a full run.
     rule: str | None = None
