@@ -19,22 +19,14 @@ import statistics
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
-from typing import Any
 
-Outcome = tuple[float, float, int]  # best feasible throughput, GPU seconds, launched trials
-
-
-def _outcome(run: Any) -> Outcome:
-    best, gpu = 0.0, 0.0
-    for t in run.trials:
-        gpu += t.gpu_s
-        if t.counted and t.truth and t.truth.feasible:
-            best = max(best, t.truth.throughput)
-    return best, gpu, len(run.trials)
+# best feasible throughput, GPU seconds, launched trials, the running best (benchmarks/off_on.py)
+Outcome = tuple[float, float, int, list[float]]
 
 
 def _cell_seed(task: tuple[str, str, int, list[str]]) -> tuple[str, str, dict[str, Outcome]]:
     world, space_name, seed, variants = task
+    from benchmarks.off_on import outcome
     from benchmarks.oracle_measurer import NoiseModel
     from benchmarks.quality import study
     from benchmarks.quality.methods import METHODS
@@ -46,7 +38,7 @@ def _cell_seed(task: tuple[str, str, int, list[str]]) -> tuple[str, str, dict[st
     space, oracle = world_oracle(space_name, world)
     noise = NoiseModel(0.02, 0.02, 0.05)
     default = next(m for m in METHODS if m.name == "default")
-    out = {"full": _outcome(study.run_study(default, seed, 40, space, oracle, noise))}
+    out = {"full": outcome(study.run_study(default, seed, 40, space, oracle, noise))}
     for variant in variants:
         patience, min_trials, measure = ([*variant.split(":"), "front"])[:3]
         study.StopRule = functools.partial(  # type: ignore[misc]
@@ -58,7 +50,7 @@ def _cell_seed(task: tuple[str, str, int, list[str]]) -> tuple[str, str, dict[st
             )
         finally:
             study.StopRule = StopRule  # type: ignore[misc]
-        out[variant] = _outcome(stopped)
+        out[variant] = outcome(stopped)
     oracle.save()
     return world, space_name, out
 

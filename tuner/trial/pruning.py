@@ -21,7 +21,7 @@ The SLO cut (`slo_cut`) asks the same of the SLOs: can this trial still end with
 them? Each SLO's figure is kept as its load, the stage's value over the limit (the limit over
 the value for a lower bound), so that more than 1 is broken. The completed trials say how far a
 full run's load ended from its stage-k load; the trial's best case is its stage load times the
-smallest such factor seen, narrowed by `front_slack`, and when that is still over 1 the full
+smallest such factor seen, narrowed by `slo_slack`, and when that is still over 1 the full
 run cannot meet the SLO: the trial cannot be on the front of feasible runs, whatever its
 latency. The front cut alone kept such trials, since an SLO-breaking configuration can have
 the lowest per-token latency of all: a running cap of 1 with 16 clients (p99 TTFT 77 s against
@@ -100,7 +100,8 @@ def decide(
     config: StagePrunerConfig,
 ) -> PruneDecision:
     """Pure decision: prune `current` at `stage` given completed trials' points at that stage:
-    dominated at this stage (the first rule), or unable to reach the front (the front cut)."""
+    unable to meet an SLO (the SLO cut), dominated at this stage (the first rule), or unable to
+    reach the front (the front cut)."""
     if stage >= n_stages - 1:
         return PruneDecision(False, "last stage: nothing left to save")
     if config.slo_cut and (broken := slo_cut(stage, n_stages, current, history, config)).prune:
