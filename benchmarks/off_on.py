@@ -9,6 +9,10 @@ TOGGLE names the change (`TOGGLES`):
   the studies of the code before the cut.
 - `doomed`: the local search's wait for moves the estimate scores far below the trial they
   move from (tuner/study/local_search.py `doomed_penalty`; on: 3 levels, off: 0).
+- `extend`: the local search extends the move that reached the best trial only when the best
+  beat the trial it moved from by more than 3% (`extend_min_gain`; off: any gain).
+- `flat`: moves of a number to values between two that measured within 3% of each other wait
+  3 levels (`flat_penalty`; off: 0).
 
 For each world x space x seed it runs the default method for the whole 40 trials and with the
 stop rule (`--min-gain 0.01`, as the quick start), each with the change off and on, and prints
@@ -62,6 +66,8 @@ def _local_search(field: str, value: float) -> Callable[[Any, bool], tuple[Any, 
 TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]] = {
     "slo-cut": _slo_cut,
     "doomed": _local_search("doomed_penalty", 3.0),
+    "extend": _local_search("extend_min_gain", 0.03),
+    "flat": _local_search("flat_penalty", 3.0),
 }
 
 

@@ -8,7 +8,10 @@ noise-free SLO-feasible throughput over the full study's (median, and the worst 
 
     python benchmarks/stop_variants.py WORLDS SPACES SEEDS JOBS VARIANT...
 
-VARIANT is PATIENCE:MIN_TRIALS[:MEASURE], e.g. `8:12` (the shipped rule) or `6:10:throughput`.
+VARIANT is PATIENCE:MIN_TRIALS[:MEASURE[:MIN_GAIN[:MAX_CHECKS]]], e.g. `8:12` (the shipped
+rule), `6:10:throughput`, `8:12:front:0.02` (a move of the front must exceed 2%; 0.01
+otherwise) or `8:12:front:0.01:1` (at most one trial the estimate expects a gain from per
+window; 2 otherwise).
 WORLDS and SPACES are comma-separated names (benchmarks/quality/worlds.py).
 """
 
@@ -40,13 +43,20 @@ def _cell_seed(task: tuple[str, str, int, list[str]]) -> tuple[str, str, dict[st
     default = next(m for m in METHODS if m.name == "default")
     out = {"full": outcome(study.run_study(default, seed, 40, space, oracle, noise))}
     for variant in variants:
-        patience, min_trials, measure = ([*variant.split(":"), "front"])[:3]
+        fields = variant.split(":")
+        patience, min_trials, measure, min_gain, checks = (
+            fields + ["front", "0.01", "2"][len(fields) - 2 :]
+        )
         study.StopRule = functools.partial(  # type: ignore[misc]
-            StopRule, patience=int(patience), min_trials=int(min_trials), measure=measure
+            StopRule,
+            patience=int(patience),
+            min_trials=int(min_trials),
+            measure=measure,
+            max_checks=int(checks),
         )
         try:
             stopped = study.run_study(
-                replace(default, min_gain=0.01), seed, 40, space, oracle, noise
+                replace(default, min_gain=float(min_gain)), seed, 40, space, oracle, noise
             )
         finally:
             study.StopRule = StopRule  # type: ignore[misc]

@@ -15,6 +15,7 @@ from tuner.study.guide import Guide, GuideConfig
 from tuner.study.local_search import (
     LocalSearch,
     LocalSearchConfig,
+    _extension,
     _move_effects,
     complete,
     key,
@@ -432,3 +433,54 @@ def test_moves_the_estimate_expects_to_lose_much_wait_behind_smaller_steps(space
         proposals = order(penalty)
         first_doomed = next(i for i, p in enumerate(proposals) if doomed(p))
         assert (proposals.index(halfway) < first_doomed) is waits, penalty
+
+
+def test_a_gain_within_the_noise_sets_no_direction(space):
+    """The move that reached the best trial is extended first, unless (with `extend_min_gain`)
+    the best beat the trial it moved from by no more than that share: a 1% gain at 2% noise
+    says nothing of which way the number should go."""
+    feasible = {"p99_ttft_ms": -0.5}
+
+    def extension(gain: float, min_gain: float) -> tuple[str, float] | None:
+        study = optuna.create_study(directions=["maximize", "minimize"])
+        _measured(study, START, 400.0, feasible)
+        _measured(study, {**START, "mem_fraction_static": 0.91}, 400.0 * (1 + gain), feasible)
+        scored = [(t, standing(t)) for t in study.trials]
+        scored.sort(key=lambda ts: ts[1], reverse=True)
+        return _extension(space, scored[0][0], scored, min_gain)  # type: ignore[arg-type]
+
+    assert extension(0.01, 0.0) == ("mem_fraction_static", 0.87)
+    assert extension(0.01, 0.03) is None
+    assert extension(0.06, 0.03) == ("mem_fraction_static", 0.87)
+
+
+def test_values_between_two_that_measured_alike_wait(space):
+    """With `flat_penalty`, a number measured within 3% at two values (the rest the same)
+    moves to the values between them only after the other moves of its level and the next;
+    moves outside that span keep their place."""
+    feasible = {"p99_ttft_ms": -0.5}
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    best = {**START, "max_running_requests": 16}
+    _measured(study, best, 402.0, feasible)
+    _measured(study, {**best, "mem_fraction_static": 0.95}, 398.0, feasible)
+    trials = study.get_trials(deepcopy=False)
+
+    def order(penalty: float) -> list[dict]:
+        config = LocalSearchConfig(flat_penalty=penalty, trend_weight=0.0)
+        search = LocalSearch(space, config, seed=0)
+        tried, out = {key(t.params) for t in trials}, []
+        while (proposal := search.propose(trials, tried)) is not None and len(out) < 80:
+            tried.add(key(proposal))
+            out.append(proposal)
+        return out
+
+    inside = {**best, "mem_fraction_static": 0.91}  # halfway to 0.95: level 1
+    outside = {**best, "mem_fraction_static": 0.78}  # halfway to 0.70: level 1
+    for penalty in (0.0, 3.0):
+        proposals = order(penalty)
+        level2 = {**best, "max_running_requests": 8}  # a quarter of the way down (log)
+        if penalty:
+            assert proposals.index(outside) < proposals.index(level2) < proposals.index(inside)
+        else:
+            assert proposals.index(inside) < proposals.index(level2)
+            assert proposals.index(outside) < proposals.index(level2)

@@ -26,8 +26,8 @@ RULE = StopRule(min_gain=0.01, min_trials=6, patience=4)
 def _study(points: list[Any]) -> optuna.Study:
     """A study whose trials are `points`: (throughput, latency) feasible, ("slo", thr, lat)
     violating an SLO, "pruned", "skipped" (rejected before launch), "repeat" (a duplicate),
-    ("check", thr, lat): a feasible trial the stop rule queued, or ("default", thr, lat):
-    sglang's defaults, feasible."""
+    ("check", thr, lat): a feasible trial the stop rule queued, ("default", thr, lat):
+    sglang's defaults, feasible, or ("over", thr, lat, by): over the SLO by that share."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(directions=["maximize", "minimize"])
     for point in points:
@@ -40,13 +40,14 @@ def _study(points: list[Any]) -> optuna.Study:
                 trial.set_user_attr(record.DUPLICATE_OF, 0)
             study.tell(trial, state=TrialState.PRUNED)
             continue
-        kind, thr, lat = point if len(point) == 3 else ("ok", *point)
+        kind, thr, lat, *over = point if len(point) >= 3 else ("ok", *point)
         if kind == "check":
             trial.set_user_attr(record.GUIDED_BY, STOP_CHECK)
         if kind == "default":
             trial.set_user_attr(record.IS_DEFAULT, True)
         trial.set_constraint("launch", 0.0)
-        trial.set_constraint("slo:p99_ttft_ms", 0.5 if kind == "slo" else -0.5)
+        violation = over[0] if over else 0.5 if kind == "slo" else -0.5
+        trial.set_constraint("slo:p99_ttft_ms", violation)
         study.tell(trial, [thr, lat])
     return study
 
@@ -231,3 +232,50 @@ def test_the_loop_runs_the_whole_budget_with_min_gain_0():
     study = _study([])
     run_trials(study, _flat_objective, 15, stopping=Stopping(StopRule(min_gain=0.0)))
     assert len(study.trials) == 15 and record.STUDY_STOPPED not in study.user_attrs
+
+
+def test_limits_out_of_reach_stop_a_study_that_met_none():
+    """No trial met the SLOs: after min_trials + patience launches (10 here), a study whose
+    closest trial broke a limit by more than `out_of_reach` (half of it here) and whose last
+    4 came no closer stops, and says which trial came closest and by how much it missed."""
+    rule = StopRule(min_gain=0.01, min_trials=6, patience=4, out_of_reach=0.5)
+    assert StopRule().out_of_reach == 2.0  # the default: more than 3x an upper limit
+    far = [("over", 100.0, 10.0, v) for v in (2.0, 1.2, 0.9, 1.5, 0.8, 1.1)]
+    stuck = far + [("over", 100.0, 10.0, v) for v in (0.9, 1.0, 0.8, 3.0)]
+    # Missed by a whole limit or more: said as a factor.
+    twice = [("over", 100.0, 10.0, v) for v in (2.0, 1.2, 1.5, 1.3, 1.4, 1.6, 3, 3, 3, 3)]
+    assert "measured p99_ttft_ms 2.2x its limit" in decide(_trials(twice), rule).reason
+    decision = decide(_trials(stuck), rule)
+    assert decision.stop and decision.launched == 10
+    assert "no trial met the SLOs in 10 launches" in decision.reason
+    assert "the closest, trial 4, measured p99_ttft_ms 80% past its limit" in decision.reason
+    # Not before min_trials + patience launches.
+    assert not decide(_trials(stuck[:9]), rule).stop
+    # Not while the window still closes in (0.8 -> 0.7 is more than a tenth of the way) ...
+    closing = far + [("over", 100.0, 10.0, v) for v in (0.9, 1.0, 0.7, 3.0)]
+    assert not decide(_trials(closing), rule).stop
+    # ... nor when the closest trial came within half the limit: the search may get there.
+    near = [("over", 100.0, 10.0, 0.3), *stuck[1:]]
+    assert not decide(_trials(near), rule).stop
+    # A pruned trial's stage figures are no measurement of the whole benchmark: one within
+    # 10% of the limit at its stage neither counts as closest nor keeps the study going.
+    study = _study(stuck[:6])
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=TrialState.PRUNED,
+            params={"x": 1},
+            distributions={"x": optuna.distributions.IntDistribution(0, 1000)},
+            system_attrs={"constraints": [0.0, 0.1]},
+            user_attrs={record.CONSTRAINTS: {"launch": 0.0, "slo:p99_ttft_ms": 0.1}},
+        )
+    )
+    for point in stuck[7:]:
+        study.add_trials(_study([point]).get_trials())
+    decision = decide(study.get_trials(), rule)
+    assert decision.stop and "trial 4," in decision.reason, decision.reason
+    # Nor with the margin off, nor once one trial met the SLOs (the front rule decides then).
+    off = StopRule(min_gain=0.01, min_trials=6, patience=4, out_of_reach=None)
+    assert not decide(_trials(stuck), off).stop
+    met = [(90.0, 10.0), *stuck[1:]]
+    assert "nothing to judge by" not in decide(_trials(met), rule).reason
+    assert "no trial met" not in decide(_trials(met), rule).reason

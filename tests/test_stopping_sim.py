@@ -73,3 +73,23 @@ def test_a_min_gain_out_of_range_is_one_line_and_creates_nothing(tmp_path):
     assert "--min-gain 1.5: give a share from 0 (off: run every trial) to below 1" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "studies").exists()
+
+
+def test_limits_out_of_reach_end_the_study_and_name_the_closest_trial(tmp_path, capsys):
+    """A p99 TTFT limit of 5 ms that no configuration comes near: the study stops after
+    min_trials + patience launches, says which trial came closest, and the summary prints the
+    export command with limits that trial meets."""
+    space = small_space(tmp_path, slos=["p99_ttft_ms <= 5"])
+    options = StudyOptions(
+        trials=10,
+        space_path=space,
+        studies_dir=tmp_path / "studies",
+        seed=0,
+        stop_rule=QUICK,
+    )
+    assert run_optimize(options, workers=1, report=False) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert _launched(tmp_path) == 6
+    assert "done after 6 of 10 trials: no trial met the SLOs in 6 launches" in out
+    assert "the closest, trial 0, measured p99_ttft_ms" in out and "x its limit" in out
+    assert "comes closest" in out and "tuner export --study small" in out and "--slo" in out

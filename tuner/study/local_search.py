@@ -93,6 +93,15 @@ class LocalSearchConfig:
     # at a 10 s TTFT limit, but stopped studies spent more GPU hours in five of six. 0: off.
     doomed_penalty: float = 0.0
     doomed_loss: float = 0.2
+    # The move that reached the best trial is extended first only when the best beat the trial
+    # it moved from by more than this share of throughput (both within the SLOs): a gain within
+    # the measurement noise is no direction. 0: any gain.
+    extend_min_gain: float = 0.0
+    # Levels a move of a number waits when it lands between two values of it that measured
+    # within `flat_tolerance` of each other in throughput (both within the SLOs, the rest the
+    # same): a value between two that measured alike seldom beats both. 0: off.
+    flat_penalty: float = 0.0
+    flat_tolerance: float = 0.03
     # Level of a *window* move: while no trial meets every SLO, the best one and a trial that
     # differs from it in one number only break different SLOs (a running cap: too low queues
     # the TTFT tail, too high slows every token), so the SLOs can hold only between them: the
@@ -199,7 +208,12 @@ class LocalSearch:
         """Untried moves from `base`, ranked (priority, estimate, tie-break); with `keep`, the
         branch's param stays, its own params first."""
         params = dict(base.params)
-        extension = _extension(self.space, base, scored)
+        extension = _extension(self.space, base, scored, self.config.extend_min_gain)
+        flat = (
+            _flat_spans(self.space, trials_of(scored), self.config.flat_tolerance)
+            if self.config.flat_penalty
+            else {}
+        )
         here = self._trend.predict(params) if self._trend is not None else 0.0
         queued = self.config.slots_bonus > 0 and _queued(self.space, base)
         doomed_below = (
@@ -241,6 +255,8 @@ class LocalSearch:
                 and _same_direction(params[move.param], move.value, extension[1])
             ):
                 priority -= 10  # the way that just paid off, further
+            if flat and _between(flat, params, move):
+                priority += self.config.flat_penalty
             if self._trend is not None:
                 gain = self._trend.predict(candidate) - here
                 priority -= self.config.trend_weight * gain
@@ -645,13 +661,19 @@ def _child(space: SearchSpace, name: str, parent: str) -> bool:
 
 
 def _extension(
-    space: SearchSpace, base: FrozenTrial, scored: list[tuple[FrozenTrial, Standing]]
+    space: SearchSpace,
+    base: FrozenTrial,
+    scored: list[tuple[FrozenTrial, Standing]],
+    min_gain: float = 0.0,
 ) -> tuple[str, float] | None:
     """(param, previous value) when `base` beat an earlier trial that differed from it only in
-    one numeric param: the search goes on the same way first."""
+    one numeric param (by more than `min_gain` of throughput when both met the SLOs): the
+    search goes on the same way first."""
     mine = next(s for t, s in scored if t.number == base.number)
     for t, s in scored:
         if t.number >= base.number or s >= mine:
+            continue
+        if min_gain and s[0] == 1 and mine[0] == 1 and mine[1] <= s[1] * (1 + min_gain):
             continue
         diff = [k for k in base.params if repr(base.params[k]) != repr(t.params.get(k))]
         if set(t.params) == set(base.params) and len(diff) == 1:
@@ -659,6 +681,49 @@ def _extension(
             if spec.kind in ("int", "float"):
                 return diff[0], float(t.params[diff[0]])
     return None
+
+
+def trials_of(scored: list[tuple[FrozenTrial, Standing]]) -> list[FrozenTrial]:
+    return [t for t, _s in scored]
+
+
+def _flat_spans(
+    space: SearchSpace, trials: Sequence[FrozenTrial], tolerance: float
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, float]]]:
+    """(param, the other params) -> the (low, high) spans of a number between two values that
+    measured within `tolerance` of each other in throughput, both within the SLOs, the other
+    params the same (LocalSearchConfig.flat_penalty)."""
+    groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, float]]] = {}
+    for t in trials:
+        s = standing(t)
+        if s is None or s[0] != 1:
+            continue
+        for name, value in t.params.items():
+            spec = space.params.get(name)
+            if spec is None or spec.kind not in ("int", "float"):
+                continue
+            rest = tuple(sorted((k, repr(v)) for k, v in t.params.items() if k != name))
+            groups.setdefault((name, rest), []).append((float(value), s[1]))
+    spans: dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, float]]] = {}
+    for where, measured in groups.items():
+        for i, (va, ta) in enumerate(measured):
+            for vb, tb in measured[i + 1 :]:
+                if va != vb and ta > 0 and tb > 0 and abs(ta / tb - 1) <= tolerance:
+                    spans.setdefault(where, []).append((min(va, vb), max(va, vb)))
+    return spans
+
+
+def _between(
+    spans: Mapping[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, float]]],
+    params: Mapping[str, Any],
+    move: Move,
+) -> bool:
+    """Does the move set a number strictly between two values of it that measured alike?"""
+    if move.switched_on or not isinstance(move.value, int | float):
+        return False
+    rest = tuple(sorted((k, repr(v)) for k, v in params.items() if k != move.param))
+    value = float(move.value)
+    return any(low < value < high for low, high in spans.get((move.param, rest), ()))
 
 
 def _same_direction(current: float, target: float, previous: float) -> bool:

@@ -30,6 +30,19 @@
    instead of stopping (the caller queues `Outlook.params`); after `max_checks` such
    measurements in the window that moved nothing, the estimate is not believed any more.
 
+A study in which no launched trial met the SLOs has no front to judge by. It stops once it has
+launched `min_trials + patience` configurations, every one that served the whole benchmark
+missed an SLO by more than `out_of_reach` of its limit (2.0: it measured more than 3x an upper
+limit), and the last `patience` came no closer than a tenth of the way from the closest one
+before them: the limits are out of this space's reach (a limit written in the wrong unit, a
+model too large for the GPU), and the rest of the budget would search for what the trials say
+is not there. The reason names the closest trial and by how much it missed, so that the user
+can loosen those limits or change the space. The margin is wide because distance to an SLO in
+latency is not distance in the space: an open loop's TTFT tail grows without bound past the
+server's capacity, and in the quality benchmark's open-loop space with slow constants a study
+whose closest trial measured 2.0x the 10 s limit after 20 launches met it at launch 27 (a 50%
+margin stopped it at nothing; benchmarks/out_of_reach.py).
+
 A window trial the estimate cannot tell from a trial launched before it (the same predicted
 throughput and SLO metrics, and the same values of every flag the estimate does not read), and
 that measured within `remeasure_tolerance` (3%) of it in throughput and latency, moves nothing:
@@ -88,6 +101,10 @@ class StopRule:
     # A window trial the estimate cannot tell from an earlier launch, measured within this
     # share of it in both objectives, is a re-measurement: it moves nothing.
     remeasure_tolerance: float = 0.03
+    # No trial met the SLOs and the closest broke one by more than this share of its limit
+    # (2.0: it measured more than 3x an upper limit): after min_trials + patience launches
+    # that came no closer, the limits are out of reach. None: off.
+    out_of_reach: float | None = 2.0
 
     @property
     def enabled(self) -> bool:
@@ -182,6 +199,10 @@ def decide(
         return keep_going(f"{n} of at least {rule.min_trials} trials launched")
     split = n - rule.patience
     before = [p for t, p in points[:split] if p is not None]
+    if not feasible and rule.out_of_reach is not None and n >= rule.min_trials + rule.patience:
+        reason = _out_of_reach(launched, split, rule)
+        if reason is not None:
+            return StopDecision(True, reason, n)
     if not before:
         return keep_going(
             f"no trial within the SLOs before the last {rule.patience}: nothing to judge by"
@@ -239,6 +260,49 @@ def decide(
         noise=noise,
         best_trial=best_trial,
     )
+
+
+def slo_violations(trial: FrozenTrial) -> dict[str, float] | None:
+    """The SLOs a trial that served the whole benchmark measured, each as its graded violation
+    (> 0: broken by that share of the limit); None for any other trial (a stage figure of a
+    pruned trial is no measurement of the whole benchmark)."""
+    if trial.state != TrialState.COMPLETE:
+        return None
+    constraints = record.named_constraints(
+        trial.constraints or trial.user_attrs.get(record.CONSTRAINTS) or {}
+    )
+    if constraints.get("launch", 0.0) > 0:
+        return None
+    slos = {k.removeprefix("slo:"): v for k, v in constraints.items() if k.startswith("slo:")}
+    return slos or None
+
+
+def _out_of_reach(launched: list[FrozenTrial], split: int, rule: StopRule) -> str | None:
+    """Why the study's SLOs are out of reach (`StopRule.out_of_reach`), or None while a trial
+    came within the margin or the last `patience` trials still closed in. A trial's distance
+    is its largest violation, as `tuner export` ranks the closest trial (results/pick.py)."""
+    measured = [(i, t, v) for i, t in enumerate(launched) if (v := slo_violations(t))]
+    earlier = [max(v.values()) for i, _t, v in measured if i < split]
+    window = [max(v.values()) for i, _t, v in measured if i >= split]
+    if not earlier:
+        return None
+    _i, closest, slos = min(measured, key=lambda itv: max(itv[2].values()))
+    if max(slos.values()) <= (rule.out_of_reach or 0.0):
+        return None
+    if window and min(window) < 0.9 * min(earlier):
+        return None  # still closing in
+    broken = ", ".join(f"{k} {_past(v)}" for k, v in sorted(slos.items()) if v > 0)
+    return (
+        f"no trial met the SLOs in {len(launched)} launches, and the last {rule.patience} came "
+        f"no closer: the closest, trial {closest.number}, measured {broken} (loosen the "
+        "limits, or change the space)"
+    )
+
+
+def _past(violation: float) -> str:
+    """A graded violation in words: 80% past the limit; 4.2x it (only an upper limit can be
+    missed by a whole limit or more)."""
+    return f"{violation:.0%} past its limit" if violation < 1 else f"{1 + violation:.1f}x its limit"
 
 
 def _remeasured(
