@@ -13,6 +13,8 @@ TOGGLE names the change (`TOGGLES`):
   beat the trial it moved from by more than 3% (`extend_min_gain`; off: any gain).
 - `flat`: moves of a number to values between two that measured within 3% of each other wait
   3 levels (`flat_penalty`; off: 0).
+- `ordered`: an int param with at most 6 values (draft steps 1-5) moves to its adjacent values
+  first, as ordered choices do (`ordered_upto`; off: 0, the range's ends first).
 
 For each world x space x seed it runs the default method for the whole 40 trials and with the
 stop rule (`--min-gain 0.01`, as the quick start), each with the change off and on, and prints
@@ -68,6 +70,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "doomed": _local_search("doomed_penalty", 3.0),
     "extend": _local_search("extend_min_gain", 0.03),
     "flat": _local_search("flat_penalty", 3.0),
+    "ordered": _local_search("ordered_upto", 6),
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any
 
 import optuna
 import pytest
@@ -484,3 +485,18 @@ def test_values_between_two_that_measured_alike_wait(space):
         else:
             assert proposals.index(inside) < proposals.index(level2)
             assert proposals.index(outside) < proposals.index(level2)
+
+
+def test_a_short_int_range_moves_to_its_neighbours_first(space):
+    """With `ordered_upto`, draft steps (1-5) move like ordered choices: 3 -> 2 and 3 -> 4
+    first, the ends one level later; without it the ends come first. Longer ranges (the
+    running cap, 1-16) keep moving to their ends first either way."""
+    start = {**START, "speculative_algorithm": "NEXTN", "speculative_num_steps": 3}
+
+    def levels(upto: int, name: str) -> dict[Any, float]:
+        return {m.value: m.level for m in moves(space, start, upto) if m.param == name}
+
+    assert levels(6, "speculative_num_steps") == {2: 0.0, 4: 0.0, 1: 1.0, 5: 1.0}
+    assert levels(0, "speculative_num_steps") == {1: 0.0, 5: 0.0, 2: 1.0, 4: 1.0}
+    assert levels(6, "max_running_requests") == levels(0, "max_running_requests")
+    assert levels(6, "max_running_requests")[16] == 0.0

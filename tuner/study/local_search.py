@@ -97,6 +97,10 @@ class LocalSearchConfig:
     # it moved from by more than this share of throughput (both within the SLOs): a gain within
     # the measurement noise is no direction. 0: any gain.
     extend_min_gain: float = 0.0
+    # An int param with at most this many values moves like ordered choices: the adjacent
+    # values first (level 0), then two away, ... (draft steps 3 -> 4 before 3 -> 5), instead of
+    # the range's ends first. 0: every number moves to its ends first.
+    ordered_upto: int = 0
     # Levels a move of a number waits when it lands between two values of it that measured
     # within `flat_tolerance` of each other in throughput (both within the SLOs, the rest the
     # same): a value between two that measured alike seldom beats both. 0: off.
@@ -222,7 +226,7 @@ class LocalSearch:
             else None
         )
         options: list[tuple[float, float, float, Params]] = []
-        for move in moves(self.space, params):
+        for move in moves(self.space, params, self.config.ordered_upto):
             if move.param == keep:
                 continue
             candidate = self._apply(params, move, scored)
@@ -275,7 +279,9 @@ class LocalSearch:
         """(the moved param, the configuration) of the lowest-level untried move from `base`
         that the estimate cannot see (`blind`), or None."""
         params = dict(base.params)
-        for move in sorted(moves(self.space, params), key=lambda m: m.level):
+        for move in sorted(
+            moves(self.space, params, self.config.ordered_upto), key=lambda m: m.level
+        ):
             if self._blind(move, params):
                 candidate = complete(self.space, {**params, move.param: move.value,
                                                   **dict(move.switched_on)}, params)  # fmt: skip
@@ -314,10 +320,11 @@ class LocalSearch:
 # ---- the moves -----------------------------------------------------------------------------
 
 
-def moves(space: SearchSpace, params: Mapping[str, Any]) -> list[Move]:
+def moves(space: SearchSpace, params: Mapping[str, Any], ordered_upto: int = 0) -> list[Move]:
     """Every one-param move from `params`, each with its level (lower is tried first). A
     categorical move that switches a number on comes also with that number at its range's
-    ends (level + 0.5): NEXTN at 1 and at 5 draft steps, not only at the middle."""
+    ends (level + 0.5): NEXTN at 1 and at 5 draft steps, not only at the middle. An int param
+    with at most `ordered_upto` values moves as ordered choices do."""
     out: list[Move] = []
     for name, value in params.items():
         spec = space.params.get(name)
@@ -330,7 +337,7 @@ def moves(space: SearchSpace, params: Mapping[str, Any]) -> list[Move]:
                 out += _with_children(space, params, move)
         else:
             seen = {repr(value)}
-            for level, target in _numeric_targets(spec, float(value)):
+            for level, target in _numeric_targets(spec, float(value), ordered_upto):
                 if repr(target) not in seen:
                     seen.add(repr(target))
                     move = Move(name, target, level)
@@ -390,8 +397,14 @@ def _categorical_moves(spec: ParamSpec, value: Any) -> list[Move]:
     return [Move(spec.name, c, float(abs(ordered.index(c) - at) - 1)) for c in others]
 
 
-def _numeric_targets(spec: ParamSpec, value: float) -> list[tuple[float, Any]]:
+def _numeric_targets(
+    spec: ParamSpec, value: float, ordered_upto: int = 0
+) -> list[tuple[float, Any]]:
     low, high = float(spec.low or 0), float(spec.high or 0)
+    step = int(spec.step or 1)
+    if spec.kind == "int" and (high - low) / step + 1 <= ordered_upto:
+        values = range(int(low), int(high) + 1, step)
+        return [(abs(v - value) / step - 1, v) for v in values if v != value]
     geometric = spec.log and low > 0 and value > 0
     out: list[tuple[float, Any]] = []
     for end in (low, high):
