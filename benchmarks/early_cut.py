@@ -17,7 +17,7 @@ its cost with: tuner/optimize/cost.py) for each seed in three variants:
 - `cut-2`: both cuts from the second stage on;
 
 each for the whole budget of 40 launched trials (`default`) and with the stop rule
-(`default-stop`, `--min-gain 0.01`, what the quick start runs).
+(`default-stop`, `--min-gain` at its default, what the quick start runs).
 
 Per study: modelled GPU seconds spent benchmarking and in all (launches included), trials cut by
 each rule, and the best result as a share of the `no-cut` study of the same seed: the best

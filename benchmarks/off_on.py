@@ -17,7 +17,7 @@ TOGGLE names the change (`TOGGLES`):
   first, as ordered choices do (`ordered_upto`; off: 0, the range's ends first).
 
 For each world x space x seed it runs the default method for the whole 40 trials and with the
-stop rule (`--min-gain 0.01`, as the quick start), each with the change off and on, and prints
+stop rule (`--min-gain`'s default, as the quick start), each with the change off and on, and prints
 per cell: the full study's best noise-free SLO-feasible throughput as a share of the cell's
 best seen (median, and the worst seed), its modelled GPU hours, the launched trials until its
 best reached 99% of that (median; 41: never), the stopped study's GPU hours and their share
@@ -91,6 +91,7 @@ def _cell_seed(task: tuple[str, str, str, int]) -> tuple[str, str, int, Runs]:
     from benchmarks.quality.methods import METHODS
     from benchmarks.quality.truth import world_oracle
     from tuner.study.loop import quiet_optuna
+    from tuner.study.stopping import DEFAULT_MIN_GAIN
 
     quiet_optuna()
     space, oracle = world_oracle(space_name, world)
@@ -98,7 +99,8 @@ def _cell_seed(task: tuple[str, str, str, int]) -> tuple[str, str, int, Runs]:
     default = next(m for m in METHODS if m.name == "default")
     out: Runs = {}
     for state in ("off", "on"):
-        for name, base in (("full", default), ("stop", replace(default, min_gain=0.01))):
+        stop = replace(default, min_gain=DEFAULT_MIN_GAIN)
+        for name, base in (("full", default), ("stop", stop)):
             method, context = TOGGLES[toggle](base, state == "on")
             with context:
                 run = study.run_study(method, seed, 40, space, oracle, noise)

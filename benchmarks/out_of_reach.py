@@ -4,7 +4,7 @@ the same seed's full 40 trials found there.
     python benchmarks/out_of_reach.py WORLDS SPACES SEEDS JOBS [MARGIN]
 
 For each world x space x seed it runs the default method with the stop rule on (`--min-gain
-0.01`, as the quick start), with `StopRule.out_of_reach` set to MARGIN (default: the shipped
+`'s default, as the quick start), with `StopRule.out_of_reach` set to MARGIN (default: the shipped
 value), and notes every study the rule stopped (tuner/study/stopping.py). For those it runs
 the full 40 trials too and prints the launches, the stopped study's best noise-free
 SLO-feasible throughput, the full study's, and the launch at which the full study first met
@@ -58,7 +58,8 @@ def _cell_seed(task: tuple[str, str, int, float | None]) -> Hit | None:
     stopping._out_of_reach = spy  # type: ignore[assignment]
     study.StopRule = rule  # type: ignore[misc]
     try:
-        stopped = study.run_study(replace(default, min_gain=0.01), seed, 40, space, oracle, noise)
+        stop = replace(default, min_gain=stopping.DEFAULT_MIN_GAIN)
+        stopped = study.run_study(stop, seed, 40, space, oracle, noise)
     finally:
         stopping._out_of_reach = spied
         study.StopRule = stopping.StopRule  # type: ignore[misc]

@@ -6,7 +6,8 @@
 For each seed, the same study twice through the quality benchmark's harness
 (benchmarks/tuner_quality.py: the real objective and study loop, the simulator's oracle with
 measurement noise, its GPU-time model): once with `--min-gain 0` for the whole budget of 40
-launched trials, once with the default stop rule (tuner/study/stopping.py, `--min-gain 0.01`).
+launched trials, once with the default stop rule (tuner/study/stopping.py, `--min-gain`'s
+default).
 Both in two worlds: the estimate right, and the estimate wrong (bandwidth x0.6, acceptance x0.7,
 prefix cache ignored). A study's first N trials do not depend on whether it stops later, so the
 stopped study is a prefix of the full one.
@@ -38,6 +39,7 @@ from benchmarks.quality.truth import Oracle
 from benchmarks.quality.truth import area as hypervolume
 from tuner.space.load import default_space_path, load_space
 from tuner.study.loop import quiet_optuna
+from tuner.study.stopping import DEFAULT_MIN_GAIN
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET = 40
@@ -95,7 +97,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"best {r['best_share']:.3f}, hypervolume {r['hv_share']:.3f}",
                 flush=True,
             )
-    print(f"\n{space.name}, {a.seeds} seeds, {BUDGET}-trial budget, --min-gain 0.01 vs 0")
+    gain = f"--min-gain {DEFAULT_MIN_GAIN:g}"
+    print(f"\n{space.name}, {a.seeds} seeds, {BUDGET}-trial budget, {gain} vs 0")
     print("| world | trials (median, range) | GPU h share (median, max) | best (median, min) |"
           " hypervolume (median, min) |")  # fmt: skip
     print("|---|---|---|---|---|")

@@ -1,7 +1,7 @@
 """The stop rule with other settings, side by side on the quality benchmark's cells.
 
 For each world x space x seed it runs the default method for the whole 40 trials, then once per
-variant with the stop rule on (`--min-gain 0.01`) and that variant's window, minimum trials and
+variant with the stop rule on (`--min-gain`'s default) and that variant's window, minimum trials and
 measure (tuner/study/stopping.py `StopRule`). It prints, per cell and variant, the trials the
 stopped study launched, its modelled GPU hours as a share of the full study's, and its best
 noise-free SLO-feasible throughput over the full study's (median, and the worst seed).
@@ -9,8 +9,8 @@ noise-free SLO-feasible throughput over the full study's (median, and the worst 
     python benchmarks/stop_variants.py WORLDS SPACES SEEDS JOBS VARIANT...
 
 VARIANT is PATIENCE:MIN_TRIALS[:MEASURE[:MIN_GAIN[:MAX_CHECKS]]], e.g. `8:12` (the shipped
-rule), `6:10:throughput`, `8:12:front:0.02` (a move of the front must exceed 2%; 0.01
-otherwise) or `8:12:front:0.01:1` (at most one trial the estimate expects a gain from per
+rule), `6:10:throughput`, `8:12:front:0.02` (a move of the front must exceed 2%; the
+default otherwise) or `8:12:front:0.01:1` (at most one trial the estimate expects a gain from per
 window; 2 otherwise).
 WORLDS and SPACES are comma-separated names (benchmarks/quality/worlds.py).
 """
@@ -35,7 +35,7 @@ def _cell_seed(task: tuple[str, str, int, list[str]]) -> tuple[str, str, dict[st
     from benchmarks.quality.methods import METHODS
     from benchmarks.quality.truth import world_oracle
     from tuner.study.loop import quiet_optuna
-    from tuner.study.stopping import StopRule
+    from tuner.study.stopping import DEFAULT_MIN_GAIN, StopRule
 
     quiet_optuna()
     space, oracle = world_oracle(space_name, world)
@@ -45,7 +45,7 @@ def _cell_seed(task: tuple[str, str, int, list[str]]) -> tuple[str, str, dict[st
     for variant in variants:
         fields = variant.split(":")
         patience, min_trials, measure, min_gain, checks = (
-            fields + ["front", "0.01", "2"][len(fields) - 2 :]
+            fields + ["front", str(DEFAULT_MIN_GAIN), "2"][len(fields) - 2 :]
         )
         study.StopRule = functools.partial(  # type: ignore[misc]
             StopRule,

@@ -93,3 +93,15 @@ def test_limits_out_of_reach_end_the_study_and_name_the_closest_trial(tmp_path, 
     assert "done after 6 of 10 trials: no trial met the SLOs in 6 launches" in out
     assert "the closest, trial 0, measured p99_ttft_ms" in out and "x its limit" in out
     assert "comes closest" in out and "tuner export --study small" in out and "--slo" in out
+
+
+def test_the_min_gain_help_states_the_default_the_study_uses():
+    import typer
+
+    from tuner.cli import app
+    from tuner.study.stopping import DEFAULT_MIN_GAIN, StopRule
+
+    command = typer.main.get_command(app).commands["optimize"]  # type: ignore[attr-defined]
+    option = next(p for p in command.params if p.name == "min_gain")
+    assert f"(default {DEFAULT_MIN_GAIN:g} = {DEFAULT_MIN_GAIN:.0%})" in option.help
+    assert StudyOptions(trials=1).min_gain == StopRule().min_gain == DEFAULT_MIN_GAIN

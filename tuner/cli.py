@@ -134,16 +134,17 @@ def optimize(
         help="throughput, latency or balanced: objectives and SLOs (the space's own win), "
         "the export pick, what the stop rule watches.",
     ),
-    min_gain: float = typer.Option(
-        0.01,
+    min_gain: float | None = typer.Option(
+        None,
         "--min-gain",
         help="Stop before --trials when the rest is unlikely to move the front by more than "
-        "this share (0.01 = 1%); 0 runs every trial.",
+        "this share (default 0.02 = 2%); 0 runs every trial.",
     ),
 ) -> None:
     """Run (or resume) a study: sample launch flags, launch, benchmark, prune, record."""
     from tuner.optimize.command import run_optimize
     from tuner.study.options import StudyOptions, parse_engine_env
+    from tuner.study.stopping import DEFAULT_MIN_GAIN
 
     options = StudyOptions(
         trials=trials,
@@ -166,7 +167,7 @@ def optimize(
         time_scale=time_scale,
         tp_size=tp_size,
         heartbeat_s=heartbeat,
-        min_gain=min_gain,
+        min_gain=DEFAULT_MIN_GAIN if min_gain is None else min_gain,
         goal=goal,
     )
     code = run_optimize(options, workers=workers, report=report, dry_run=dry_run)

@@ -198,7 +198,7 @@ def _cost_table(cells: list[Cell], opts: Options) -> list[str]:
         "Modelled GPU hours to 95% of the optimum (median over seeds; never: the median seed "
         "did not get there in 40 trials)"
         + (
-            "; and the stop rule (`default-stop`, what `tuner optimize` does, --min-gain 0.01): "
+            "; and the stop rule (`default-stop`, what `tuner optimize` does by default): "
             "trials it launched, its GPU hours as a share of the default's whole 40-trial study "
             "of the same seed, and its best over that study's best (median, worst seed):"
             if stop

@@ -59,11 +59,11 @@ METHODS = (
     Method(
         "tpe-no-feasibility", "default, no feasibility model", "tpe", True, False, True, True, True
     ),
-    # The stop rule as `tuner optimize` applies it by default (--min-gain 0.01); the methods
+    # The stop rule as `tuner optimize` applies it by default (--min-gain); the methods
     # above run every trial (--min-gain 0), so each pair shows what stopping saves and loses.
     Method(
         "default-stop",
-        "default + stop rule (--min-gain 0.01)",
+        f"default + stop rule (--min-gain {_DEFAULTS.min_gain:g})",
         "tpe",
         True,
         True,
@@ -73,7 +73,7 @@ METHODS = (
     ),
     Method(
         "wrong-estimate-stop",
-        "estimate wrong + stop rule (--min-gain 0.01)",
+        f"estimate wrong + stop rule (--min-gain {_DEFAULTS.min_gain:g})",
         "tpe",
         True,
         True,

@@ -12,7 +12,7 @@ from tuner.results.goals import goal_named
 from tuner.results.storage import DEFAULT_STUDIES_DIR
 from tuner.space.model import ENV_NAME
 from tuner.study.sampler import SAMPLERS
-from tuner.study.stopping import StopRule
+from tuner.study.stopping import DEFAULT_MIN_GAIN, StopRule
 from tuner.trial.pruning import StagePrunerConfig
 
 ENGINES = ("sim", "sglang")
@@ -47,7 +47,7 @@ class StudyOptions:
     polish: bool = True  # late neighbours of the best trial (tuner/study/guide.py)
     # Stop before --trials when the rest is unlikely to move the front by more than this
     # (relative; tuner/study/stopping.py); 0: run the whole budget.
-    min_gain: float = 0.01
+    min_gain: float = DEFAULT_MIN_GAIN
     stop_rule: StopRule | None = None  # the rule's other settings; None: StopRule's defaults
     goal: str | None = None  # --goal: throughput | latency | balanced (tuner/results/goals.py)
 
