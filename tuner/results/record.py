@@ -202,6 +202,11 @@ def list_constraints(constraints: dict[str, float]) -> list[float]:
     return [float(constraints[key]) for key in sorted(constraints)]
 
 
+def trial_constraints(trial: FrozenTrial) -> dict[str, float]:
+    """A trial's named constraints (launch and SLOs), from Optuna's or the trial's record."""
+    return named_constraints(trial.constraints or trial.user_attrs.get(CONSTRAINTS) or {})
+
+
 def named_constraints(constraints: Mapping[str, float]) -> dict[str, float]:
     """Optuna 5's `trial.constraints` without the "0", "1", ... it reads from the list form
     (unless the trial has nothing else: a study written by another tool)."""

@@ -139,6 +139,7 @@ class LocalSearch:
         self.rank = rank  # an estimate's score of a configuration (higher is better), if any
         self.blind: frozenset[str] = frozenset()  # params that estimate does not read
         self._trend: Trend | None = None
+        self._flat: dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, float]]] = {}
 
     def propose(self, trials: Sequence[FrozenTrial], tried: set[tuple[Any, ...]]) -> Params | None:
         """The next configuration to measure, one move from the best trial or from the best of
@@ -151,6 +152,11 @@ class LocalSearch:
         self._trend = Trend.fit(self.space, trials) if self.config.trend_weight else None
         if self._trend is not None and self._trend.size < self.config.trend_from:
             self._trend = None
+        self._flat = (
+            _flat_spans(self.space, scored, self.config.flat_tolerance)
+            if self.config.flat_penalty
+            else {}
+        )
         best = scored[0][0]
         options = self._from(best, scored, effects, tried)
         # Bisections: while no trial meets the SLOs (windows), and once the best one does (edges).
@@ -213,11 +219,7 @@ class LocalSearch:
         branch's param stays, its own params first."""
         params = dict(base.params)
         extension = _extension(self.space, base, scored, self.config.extend_min_gain)
-        flat = (
-            _flat_spans(self.space, trials_of(scored), self.config.flat_tolerance)
-            if self.config.flat_penalty
-            else {}
-        )
+        flat = self._flat
         here = self._trend.predict(params) if self._trend is not None else 0.0
         queued = self.config.slots_bonus > 0 and _queued(self.space, base)
         doomed_below = (
@@ -606,8 +608,7 @@ def _boundary(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) ->
 
 
 def _slo_constraints(t: FrozenTrial) -> dict[str, float]:
-    """A trial's named constraints (launch and SLOs), from Optuna's or the trial's record."""
-    return record.named_constraints(t.constraints or t.user_attrs.get(record.CONSTRAINTS) or {})
+    return record.trial_constraints(t)
 
 
 def _broken(t: FrozenTrial) -> frozenset[str]:
@@ -696,20 +697,15 @@ def _extension(
     return None
 
 
-def trials_of(scored: list[tuple[FrozenTrial, Standing]]) -> list[FrozenTrial]:
-    return [t for t, _s in scored]
-
-
 def _flat_spans(
-    space: SearchSpace, trials: Sequence[FrozenTrial], tolerance: float
+    space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]], tolerance: float
 ) -> dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, float]]]:
     """(param, the other params) -> the (low, high) spans of a number between two values that
     measured within `tolerance` of each other in throughput, both within the SLOs, the other
     params the same (LocalSearchConfig.flat_penalty)."""
     groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, float]]] = {}
-    for t in trials:
-        s = standing(t)
-        if s is None or s[0] != 1:
+    for t, s in scored:
+        if s[0] != 1:
             continue
         for name, value in t.params.items():
             spec = space.params.get(name)

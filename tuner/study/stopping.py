@@ -272,9 +272,7 @@ def slo_violations(trial: FrozenTrial) -> dict[str, float] | None:
     pruned trial is no measurement of the whole benchmark)."""
     if trial.state != TrialState.COMPLETE:
         return None
-    constraints = record.named_constraints(
-        trial.constraints or trial.user_attrs.get(record.CONSTRAINTS) or {}
-    )
+    constraints = record.trial_constraints(trial)
     if constraints.get("launch", 0.0) > 0:
         return None
     slos = {k.removeprefix("slo:"): v for k, v in constraints.items() if k.startswith("slo:")}
