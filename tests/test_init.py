@@ -171,6 +171,35 @@ def test_init_command_line(tmp_path, monkeypatch):
     assert isinstance(again.exception, UserError) and "--force" in str(again.exception)
 
 
+def test_a_gpu_the_spec_table_lacks_is_named_with_its_memory(tmp_path, monkeypatch):
+    """`--gpu` names a GPU missing from the spec table (an A40): refused with the way out,
+    then written with `--gpu-memory-gb` on a provisional row, as NVML's unknown GPUs are.
+    The memory bounds the space: Mixtral's 93 GB of weights fit in 141 GB, not in 48."""
+    with pytest.raises(UserError) as unknown:
+        read_gpu("NVIDIA A40")
+    assert "--gpu-memory-gb" in str(unknown.value) and "\n" not in str(unknown.value)
+    gpu = read_gpu("NVIDIA A40", 48.0)
+    assert gpu.spec.provisional and gpu.spec.name == "NVIDIA A40" and gpu.memory_gb == 48.0
+    assert "not in the spec table" in gpu.source and gpu.sim_hardware is None
+    # A known GPU keeps its spec row and takes the given memory (an H100 with 94 GB).
+    h100 = read_gpu("H100 SXM", 94.0)
+    assert not h100.spec.provisional and h100.memory_gb == 94.0
+    assert h100.source.endswith("--gpu-memory-gb")
+    with pytest.raises(UserError, match="above 0"):
+        read_gpu("NVIDIA A40", 0.0)
+    with pytest.raises(UserError) as too_big:
+        _init(tmp_path, TEST_MODELS / "mixtral-8x7b", "NVIDIA A40", gpu_memory_gb=48.0)
+    assert "leave no room for a KV cache" in str(too_big.value)
+    monkeypatch.chdir(tmp_path)
+    args = ["init", "--model-path", str(TEST_MODELS / "mixtral-8x7b"), "--gpu", "NVIDIA A40",
+            "--gpu-memory-gb", "141", "--workload", "rag", "--host-ram-gb", "256"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    written = tmp_path / "mixtral-8x7b-nvidia-a40-rag.yaml"
+    assert "# GPU: NVIDIA A40, 141 GB" in written.read_text()
+    assert "mem_fraction_static" in load_space(written).params
+
+
 def test_a_hub_id_in_the_local_cache(tmp_path, monkeypatch):
     snapshot = tmp_path / "hub" / "models--mistralai--Mixtral-8x7B-v0.1" / "snapshots" / "abc"
     snapshot.mkdir(parents=True)

@@ -23,7 +23,7 @@ def write_space(request: InitRequest, out: Path | None, force: bool = False) -> 
     from tuner.space.load import load_space
 
     model = read_model(request.model_path)
-    gpu = read_gpu(request.gpu)
+    gpu = read_gpu(request.gpu, request.gpu_memory_gb)
     host = read_host(gpu, request.host_ram_gb)
     version, version_source = sglang_version(request.sglang_version)
     text = space_text(request, model, gpu, host, version, version_source)
@@ -42,6 +42,12 @@ def init_command(
     ),
     gpu: str | None = typer.Option(
         None, "--gpu", help="GPU name (default: NVML's first GPU), or a simulator hardware name."
+    ),
+    gpu_memory_gb: float | None = typer.Option(
+        None,
+        "--gpu-memory-gb",
+        help="GPU memory in GB (default: the spec sheet's or NVML's); lets --gpu name a GPU "
+        "the spec table lacks.",
     ),
     workload: str = typer.Option("chat", "--workload", help="chat, rag, random or FILE.jsonl."),
     slo: list[str] | None = typer.Option(
@@ -66,6 +72,7 @@ def init_command(
     request = InitRequest(
         model_path=model_path,
         gpu=gpu,
+        gpu_memory_gb=gpu_memory_gb,
         workload=workload,
         slos=list(slo or []),
         sglang_version=sglang_version,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -104,8 +104,19 @@ def read_model(model_path: str) -> ModelFacts:
     )
 
 
-def read_gpu(name: str | None) -> GpuFacts:
-    """The GPU by `--gpu` (a table name or a simulator hardware name), else NVML's first GPU."""
+def read_gpu(name: str | None, memory_gb: float | None = None) -> GpuFacts:
+    """The GPU by `--gpu` (a table name or a simulator hardware name), else NVML's first GPU.
+    `memory_gb` (`--gpu-memory-gb`) replaces the spec sheet's or NVML's memory, and lets
+    `--gpu` name a GPU the spec table lacks, as NVML's unknown GPUs are: a provisional row."""
+    if memory_gb is not None and not memory_gb > 0:
+        raise UserError(f"--gpu-memory-gb {memory_gb:g}: give the GPU's memory in GB, above 0")
+    facts = _read_gpu(name, memory_gb)
+    if memory_gb is None or facts.memory_gb == memory_gb:
+        return facts
+    return replace(facts, memory_gb=memory_gb, source=f"{facts.source}, --gpu-memory-gb")
+
+
+def _read_gpu(name: str | None, memory_gb: float | None) -> GpuFacts:
     if name is None:
         found = nvml_gpu()
         if found is None:
@@ -129,10 +140,19 @@ def read_gpu(name: str | None) -> GpuFacts:
         return GpuFacts(spec, memory_gb, f"NVML: {device}", None)
     described = _simulator_hardware(name)
     spec = gpu_spec(described["gpu_name"] if described else name.replace("-", " "))
+    if spec is None and memory_gb is not None:
+        return GpuFacts(
+            provisional_spec(name, memory_gb),
+            memory_gb,
+            f"--gpu {name}; not in the spec table, bandwidth is the table's mean until the "
+            "study measures it",
+            None,
+        )
     if spec is None:
         raise UserError(
             f"--gpu {name!r} is not a GPU tuner knows: the spec table has {_known_names()}; "
-            f"the simulator says: {_simulator_refusal(name)}"
+            f"the simulator says: {_simulator_refusal(name)}. For another GPU, give its "
+            "memory too (--gpu-memory-gb 48): the study measures the rest"
         )
     if described is None:  # a table name: does the simulator model that GPU too?
         described = _simulator_hardware(_slug(spec.name))

@@ -62,6 +62,7 @@ DEFAULT_TIME_SCALE = 200  # as the shipped spaces: modelled figures do not depen
 class InitRequest:
     model_path: str
     gpu: str | None = None
+    gpu_memory_gb: float | None = None
     workload: str = "chat"
     slos: list[str] = field(default_factory=list)
     sglang_version: str | None = None
