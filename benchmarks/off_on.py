@@ -15,6 +15,10 @@ TOGGLE names the change (`TOGGLES`):
   3 levels (`flat_penalty`; off: 0).
 - `ordered`: an int param with at most 6 values (draft steps 1-5) moves to its adjacent values
   first, as ordered choices do (`ordered_upto`; off: 0, the range's ends first).
+- `branch-first`: moves from another branch's best trial (HiCache on when the best has it
+  off) wait no level behind the best trial's own (`branch_offset` 0; off: 1, the default).
+- `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
+  measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
 For each world x space x seed it runs the default method for the whole 40 trials and with the
 stop rule (`--min-gain`'s default, as the quick start), each with the change off and on, and prints
@@ -65,12 +69,25 @@ def _local_search(field: str, value: float) -> Callable[[Any, bool], tuple[Any, 
     return toggle
 
 
+def _branch_first(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+    from tuner.study.local_search import LocalSearchConfig
+
+    config = replace(LocalSearchConfig(), branch_offset=0.0 if on else 1.0)
+    return replace(method, guide=(("local_search", config),)), nullcontext()
+
+
+def _cut_bounds(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+    return replace(method, guide=(("cut_bounds", on),)), nullcontext()
+
+
 TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]] = {
     "slo-cut": _slo_cut,
     "doomed": _local_search("doomed_penalty", 3.0),
     "extend": _local_search("extend_min_gain", 0.03),
     "flat": _local_search("flat_penalty", 3.0),
     "ordered": _local_search("ordered_upto", 6),
+    "bounds": _cut_bounds,
+    "branch-first": _branch_first,
 }
 
 

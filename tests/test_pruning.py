@@ -92,6 +92,20 @@ def test_front_cut_cuts_a_trial_whose_best_case_a_full_run_beats():
     assert d.time_saved_s == 90.0  # three stages of 30 s left
 
 
+def test_a_cut_records_the_factor_that_bounds_its_full_run():
+    """The front and the dominated cut say by how much the trial's full run could at most
+    have beaten its stage (the widest factor seen, widened by the slack): record.py's
+    throughput_bound reads it. Without a full run to say it, there is none."""
+    front = decide(0, 4, StagePoint(100.0, 40.0), FINISHED, FRONT)
+    assert front.rule == record.CUT_FRONT and math.isclose(front.up or 0.0, 1.3 * 1.05)
+    dominated = decide(1, 4, StagePoint(60.0, 40.0), HISTORY, CONFIG)
+    assert dominated.rule == record.CUT_DOMINATED and dominated.up is None
+    with_runs = [*HISTORY, *FINISHED]
+    dominated = decide(1, 4, StagePoint(60.0, 40.0), with_runs, CONFIG)
+    assert dominated.rule == record.CUT_DOMINATED
+    assert math.isclose(dominated.up or 0.0, 1.3 * (1 + CONFIG.front_slack))
+
+
 def test_front_cut_keeps_a_trial_the_widest_factor_could_lift_onto_the_front():
     # 170 x 1.365 = 232: no full run has more throughput at no worse latency.
     assert not decide(0, 4, StagePoint(170.0, 40.0), FINISHED, FRONT).prune

@@ -124,6 +124,68 @@ def test_a_trial_the_slo_cut_stopped_is_learned_from_by_its_stage_figures(world)
         assert model.fitted is fitted
 
 
+def _cut(
+    trial: optuna.trial.FrozenTrial,
+    params: dict,
+    rule: str | None,
+    up: float | None,
+    stage_share: float,
+) -> optuna.trial.FrozenTrial:
+    """`trial`'s configuration stopped after a stage that measured `stage_share` of its
+    throughput, by `rule`, with the factor `up` recorded."""
+    metrics = dict(trial.user_attrs[record.METRICS])
+    metrics["output_throughput"] *= stage_share
+    cut = optuna.trial.create_trial(
+        state=optuna.trial.TrialState.PRUNED,
+        params=trial.params,
+        distributions=trial.distributions,
+        user_attrs={**trial.user_attrs, record.METRICS: metrics,
+                    record.PRUNED: {"stage": 0, "rule": rule, "up": up}},
+    )  # fmt: skip
+    cut.params = params
+    return cut
+
+
+def test_a_cut_trial_bounds_its_throughput_by_its_stage_times_the_widest_factor(world):
+    space, _estimator, _flags, measure = world
+    params = random_params(space, random.Random(4))
+    done = measure(params)
+    stage = done.user_attrs[record.METRICS]["output_throughput"] * 0.5
+    for rule in (record.CUT_FRONT, record.CUT_DOMINATED):
+        bound = record.throughput_bound(_cut(done, params, rule, 1.2, 0.5))
+        assert bound == pytest.approx(stage * 1.2)
+    # An SLO cut's stage figures are learnt from as they are; no factor, no bound; a completed
+    # trial measured its whole run.
+    assert record.throughput_bound(_cut(done, params, record.CUT_SLO, 1.2, 0.5)) is None
+    assert record.throughput_bound(_cut(done, params, record.CUT_FRONT, None, 0.5)) is None
+    assert record.throughput_bound(done) is None
+
+
+def test_the_corrected_estimate_reads_a_cut_trial_at_its_bound(world):
+    """A configuration the front cut stopped at half what the estimate expects, with a full
+    run at most 1.2x its stage, is worth at most 0.6 of the estimate: the corrected estimate
+    with cut_bounds expects less there than when it skips the cut trial (the default), and
+    less than the estimate alone."""
+    space, estimator, flags, measure = world
+    rng = random.Random(5)
+    trials = []
+    for _ in range(6):
+        params = random_params(space, rng)
+        t = measure(params)
+        t.params = params
+        trials.append(t)
+    target = random_params(space, rng)
+    cut = _cut(measure(target), target, record.CUT_FRONT, 1.2, 0.5)
+    predicted = {}
+    for bounds in (True, False):
+        model = ResidualModel(space, estimator, flags, cut_bounds=bounds)
+        model.fit([*trials, cut])
+        x = [model._encoder.row(target)[:-1]]
+        predicted[bounds] = float(model._models["throughput"].predict(x)[0])
+    assert predicted[True] < predicted[False] - 0.1
+    assert predicted[True] < -0.1  # the log of corrected over estimated throughput
+
+
 def test_an_explicitly_chosen_sampler_keeps_its_trials():
     from tuner.study.guide import GuideSettings
     from tuner.study.options import StudyOptions

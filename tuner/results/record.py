@@ -33,7 +33,8 @@ Trial user attrs:
                   total_throughput, median_tpot_ms, p99_ttft_ms, ...), of everything measured
     STAGES        list of per-stage summaries (same keys as METRICS, cumulative up to the stage)
     PRUNED        {"stage": int, "reason": str, "time_saved_s": float, "rule": CUT_DOMINATED,
-                  CUT_FRONT or CUT_SLO}
+                  CUT_FRONT or CUT_SLO, "up": float | None (after the first two: the factor
+                  that bounds the full run's throughput by the stage's, `throughput_bound`)}
                   when the stage pruner stopped the trial (tuner/trial/pruning.py)
     RATE_STEPS    a capacity study's rate steps, in the order run (tuner/trial/capacity.py
                   RateStep): {"rate": req/s, "met": bool, "broke": "p99_ttft_ms <= 3000" | None,
@@ -172,6 +173,22 @@ def learned_from(trial: FrozenTrial) -> bool:
         and cut.get("rule") == CUT_SLO
         and bool(trial.user_attrs.get(METRICS))
     )
+
+
+def throughput_bound(trial: FrozenTrial) -> float | None:
+    """The most output throughput the full run of a trial the front or the dominated cut
+    stopped could have measured: its last stage's times the largest factor by which a full
+    run ended above its stage (PRUNED["up"]). Not what it would have measured, but more than
+    it: enough to tell the residual model (tuner/study/residuals.py) that the configuration
+    is no better than that. None for any other trial, or without the factor or the stage."""
+    cut = trial.user_attrs.get(PRUNED)
+    if trial.state.name != "PRUNED" or not isinstance(cut, dict):
+        return None
+    up = cut.get("up")
+    if cut.get("rule") not in (CUT_DOMINATED, CUT_FRONT) or not isinstance(up, (int, float)):
+        return None
+    stage = float((trial.user_attrs.get(METRICS) or {}).get("output_throughput") or 0.0)
+    return stage * float(up) if stage > 0 and up > 0 else None
 
 
 # optuna-dashboard 0.21 reads only this list-style system attr (floats, <= 0 feasible); Optuna 5

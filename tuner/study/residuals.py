@@ -10,9 +10,15 @@ a structural TTFT term it lacks). This model learns the rest: for every complete
 log of measured over estimated throughput and of each latency SLO metric (p99 TTFT, TPOT), as
 a Gaussian process over the configuration (the local search's encoding: numbers scaled to 0-1,
 one column per categorical choice; a Matérn kernel with one length per column, plus noise).
-Its prior mean is 0: where nothing was measured nearby, the estimate stands as it is. Without
-an estimate (a GPU or model the tuner cannot estimate) the same GP is fitted to the measured
-values' logs themselves, centred on their mean: Bayesian optimization with SLO constraints.
+Its prior mean is 0: where nothing was measured nearby, the estimate stands as it is. With
+`cut_bounds`, a trial the stage pruner's front or dominated cut stopped counts too: its last
+stage times the widest stage-to-full-run factor the study has seen bounds what its full run
+could have measured (`record.throughput_bound`), and the throughput GP reads it as measuring
+that much (an optimistic figure). Off by default: measured on the six 10 s seed cells, the
+stopped studies spent more GPU hours and kept no more (docs/design.md).
+Without an estimate (a GPU or model the tuner cannot estimate) the same GP is fitted to the
+measured values' logs themselves, centred on their mean: Bayesian optimization with SLO
+constraints.
 
 A configuration's prediction is then the estimate times exp(the residual's mean), with the
 residual's spread as its uncertainty. The next pick maximizes the expected improvement of
@@ -44,8 +50,12 @@ class ResidualModel:
         space: SearchSpace,
         estimator: Estimator | None,
         flags_of: Callable[[Mapping[str, Any]], dict[str, Any]],
+        cut_bounds: bool = False,
     ) -> None:
         self.space = space
+        # Trials the front or the dominated cut stopped count for throughput at the most
+        # their full run could have measured (record.throughput_bound).
+        self.cut_bounds = cut_bounds
         self.estimator = estimator  # None: a GP on the measured values themselves
         self._flags = flags_of
         self._encoder = Trend.fit(space, [])
@@ -60,14 +70,22 @@ class ResidualModel:
         deterministic."""
         import numpy as np
 
-        done = tuple(t.number for t in trials if record.learned_from(t))
+        done = tuple(t.number for t in trials if record.learned_from(t) or self._bound(t))
         if done == self._fitted_on:
             return
         self._fitted_on = done
         rows: list[list[float]] = []
         targets: dict[str, list[float]] = {"throughput": [], **{m: [] for m in self._metrics}}
+        bounded: list[list[float]] = []  # cut trials, for throughput only: rows and targets
         best = None
         for t in trials:
+            bound = self._bound(t)
+            if bound is not None and record.DUPLICATE_OF not in t.user_attrs:
+                expected = self._expected(t.user_attrs.get(record.FLAGS) or self._flags(t.params))
+                if expected is not None and expected[0] > 0:
+                    row = self._encoder.row(t.params)[:-1]
+                    bounded.append([*row, math.log(bound / expected[0])])
+                continue
             # Repeats, same-run ones too, are left out: fed to the GP as points of their own, the
             # default lost its best seeds in tpot-8b (docs/same-run.md).
             if not record.learned_from(t) or record.DUPLICATE_OF in t.user_attrs:
@@ -94,7 +112,16 @@ class ResidualModel:
             return
         x = np.array(rows)
         for name, y in targets.items():
+            if name == "throughput" and bounded:
+                extra = np.array(bounded)
+                x_all = np.vstack([x, extra[:, :-1]])
+                y_all = np.concatenate([np.array(y), extra[:, -1]])
+                self._models[name] = _gp(x_all, y_all, centred=self.estimator is None)
+                continue
             self._models[name] = _gp(x, np.array(y), centred=self.estimator is None)
+
+    def _bound(self, trial: FrozenTrial) -> float | None:
+        return record.throughput_bound(trial) if self.cut_bounds else None
 
     def _expected(self, flags: Mapping[str, Any]) -> tuple[float, dict[str, float]] | None:
         if self.estimator is None:  # no estimate: the residual is the measured value's log

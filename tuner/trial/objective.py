@@ -353,6 +353,7 @@ class TrialObjective:
                         "reason": decision.reason,
                         "time_saved_s": decision.time_saved_s,
                         "rule": decision.rule,
+                        "up": decision.up,
                     },
                 )
                 return False

@@ -90,6 +90,10 @@ class PruneDecision:
     # the SLO cut the trial broke an SLO, and its stage figures are what the estimate learns
     # from (tuner/study/guide.py), as from a full run.
     rule: str | None = None
+    # After the front or the dominated cut: the largest factor by which a full run's throughput
+    # ended above its stage's (widened by `front_slack`), so that the trial's stage throughput
+    # times it bounds what its full run could have measured; None when no full run says.
+    up: float | None = None
 
 
 def decide(
@@ -167,7 +171,11 @@ def _dominated_at_stage(
             f"latency {best.latency:.1f} vs {current.latency:.1f})"
         )
     return PruneDecision(
-        True, reason, time_saved_s=_time_saved(stage, n_stages, current), rule=CUT_DOMINATED
+        True,
+        reason,
+        time_saved_s=_time_saved(stage, n_stages, current),
+        rule=CUT_DOMINATED,
+        up=_up(history, config),
     )
 
 
@@ -188,7 +196,8 @@ def front_cut(
         return PruneDecision(
             False, f"{len(known)} of {config.front_min_trials} full runs to bound a stage by"
         )
-    up = max(p.final[0] / p.throughput for p in known if p.final) * (1 + config.front_slack)
+    up = _up(known, config)
+    assert up is not None
     down = min(p.final[1] / p.latency for p in known if p.final) / (1 + config.front_slack)
     best_throughput, best_latency = current.throughput * up, current.latency * down
     beaten_by = [
@@ -211,6 +220,7 @@ def front_cut(
         f"run measured {best.final[0]:.1f} at {best.final[1]:.1f}",
         time_saved_s=_time_saved(stage, n_stages, current),
         rule=CUT_FRONT,
+        up=up,
     )
 
 
@@ -254,6 +264,13 @@ def slo_cut(
                 rule=CUT_SLO,
             )
     return PruneDecision(False, "every SLO can still be met")
+
+
+def _up(history: Sequence[StagePoint], config: StagePrunerConfig) -> float | None:
+    """The largest factor a full run's throughput ended from its stage's, widened by
+    `front_slack`; None without a full run to say it."""
+    factors = [p.final[0] / p.throughput for p in _full_runs(history) if p.final]
+    return max(factors) * (1 + config.front_slack) if factors else None
 
 
 def _full_runs(history: Sequence[StagePoint]) -> list[StagePoint]:
