@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import optuna
 from support.sim_spaces import small_space
@@ -27,18 +28,23 @@ def _launched(tmp_path: Path) -> int:
     return measured_count(optuna.load_study(study_name="small", storage=storage).get_trials())
 
 
+def _quick(tmp_path: Path, space: Path, trials: int, **kw: Any) -> StudyOptions:
+    """The small space's study under the QUICK rule, seeded, in tmp_path's studies folder."""
+    return StudyOptions(
+        trials=trials,
+        space_path=space,
+        studies_dir=tmp_path / "studies",
+        seed=0,
+        stop_rule=QUICK,
+        **kw,
+    )
+
+
 def test_a_study_stops_by_the_rule_says_why_and_resumes_with_min_gain_0(tmp_path, capsys):
     space = small_space(tmp_path)
 
     def optimize(min_gain: float) -> str:
-        options = StudyOptions(
-            trials=8,
-            space_path=space,
-            studies_dir=tmp_path / "studies",
-            seed=0,
-            min_gain=min_gain,
-            stop_rule=QUICK,
-        )
+        options = _quick(tmp_path, space, 8, min_gain=min_gain)
         assert run_optimize(options, workers=1, report=False) == 0
         return " ".join(capsys.readouterr().out.split())
 
@@ -80,13 +86,7 @@ def test_limits_out_of_reach_end_the_study_and_name_the_closest_trial(tmp_path, 
     min_trials + patience launches, says which trial came closest, and the summary prints the
     export command with limits that trial meets."""
     space = small_space(tmp_path, slos=["p99_ttft_ms <= 5"])
-    options = StudyOptions(
-        trials=10,
-        space_path=space,
-        studies_dir=tmp_path / "studies",
-        seed=0,
-        stop_rule=QUICK,
-    )
+    options = _quick(tmp_path, space, 10)
     assert run_optimize(options, workers=1, report=False) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert _launched(tmp_path) == 6
