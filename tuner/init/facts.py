@@ -226,9 +226,20 @@ def _simulator_refusal(name: str) -> str:
     return "" if code == 0 else text.strip().removeprefix("error: ")
 
 
+def simulator_default() -> tuple[str, float] | None:
+    """(GPU name, memory GB) of the hardware profile the simulator runs when a space names
+    none; None when it cannot say."""
+    code, text = _describe(None)
+    if code != 0:
+        return None
+    described = json.loads(text)
+    return str(described["gpu_name"]), float(described["gpu_memory_gb"])
+
+
 @cache
-def _describe(name: str) -> tuple[int, str]:
+def _describe(name: str | None) -> tuple[int, str]:
     # The simulator is reached through its command line only (tests/test_architecture.py).
-    argv = [sys.executable, "-m", "tuner.sim", "--sim-describe", "--sim-hardware", name]
+    argv = [sys.executable, "-m", "tuner.sim", "--sim-describe"]
+    argv += ["--sim-hardware", name] if name is not None else []
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     return out.returncode, out.stdout if out.returncode == 0 else out.stderr

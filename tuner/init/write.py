@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from tuner.errors import UserError
-from tuner.init.facts import GpuFacts, HostFacts, ModelFacts
+from tuner.init.facts import GpuFacts, HostFacts, ModelFacts, simulator_default
 
 if TYPE_CHECKING:
     from tuner.init.params import Plan
@@ -224,8 +224,21 @@ def _sim_lines(model: ModelFacts, gpu: GpuFacts) -> list[str]:
     parts.append(f"time_scale: {DEFAULT_TIME_SCALE}")
     comment = (
         f"Simulator only (--engine sim): {' and '.join(what)}, {DEFAULT_TIME_SCALE}x real time."
-    )
+    ) + ("" if hardware else _sim_default(gpu))
     return [*(f"# {part}" for part in textwrap.wrap(comment, 96)), f"sim: {{{', '.join(parts)}}}"]
+
+
+def _sim_default(gpu: GpuFacts) -> str:
+    """The simulator's default hardware, said as not this GPU: a study on it measures that GPU
+    (a KV pool twice an A40's never fills, and the memory fraction stops mattering)."""
+    default = simulator_default()
+    if default is None:
+        return ""
+    name, memory_gb = default
+    return (
+        f" It has no profile for {gpu.spec.name}: a study on it measures its default, {name} "
+        f"with {memory_gb:.0f} GB, not this GPU."
+    )
 
 
 def _sim_model_profile(model: ModelFacts) -> str | None:
