@@ -17,6 +17,8 @@ TOGGLE names the change (`TOGGLES`):
   first, as ordered choices do (`ordered_upto`; off: 0, the range's ends first).
 - `branch-first`: moves from another branch's best trial (HiCache on when the best has it
   off) wait no level behind the best trial's own (`branch_offset` 0; off: 1, the default).
+- `branch-tie`: a branch whose best measured within 3% of the best trial is searched as the
+  best is, its own params without a head start (`branch_tie`; off: 0).
 - `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
   measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
@@ -88,6 +90,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "ordered": _local_search("ordered_upto", 6),
     "bounds": _cut_bounds,
     "branch-first": _branch_first,
+    "branch-tie": _local_search("branch_tie", 0.03),
 }
 
 

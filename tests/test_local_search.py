@@ -18,6 +18,7 @@ from tuner.study.local_search import (
     LocalSearchConfig,
     _extension,
     _move_effects,
+    _tied,
     complete,
     key,
     moves,
@@ -500,3 +501,28 @@ def test_a_short_int_range_moves_to_its_neighbours_first(space):
     assert levels(0, "speculative_num_steps") == {1: 0.0, 5: 0.0, 2: 1.0, 4: 1.0}
     assert levels(6, "max_running_requests") == levels(0, "max_running_requests")
     assert levels(6, "max_running_requests")[16] == 0.0
+
+
+def test_a_branch_within_branch_tie_of_the_best_is_searched_as_the_best_is(space):
+    """With `branch_tie` 3%, the no-speculation branch measured 1% below the best (NEXTN) is
+    as good a base: its moves wait no level, and memory 0.95 from it comes level with the best
+    trial's own range ends. Off (the default), or 10% below, they wait a level."""
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    best = {**START, "speculative_algorithm": "NEXTN", "speculative_num_steps": 2}
+    _trial(study, best, 100.0)
+    _trial(study, START, 99.0)
+    trials = study.get_trials()
+    scored = [(t, s) for t in trials if (s := standing(t)) is not None]
+    scored.sort(key=lambda ts: ts[1], reverse=True)
+    branch = scored[1][0]
+    assert _tied(branch, scored, 0.03) and not _tied(branch, scored, 0.0)
+    assert not _tied(branch, scored, 0.005)
+
+    def level_of_branch_move(config: LocalSearchConfig) -> float:
+        search = LocalSearch(space, seed=0)
+        search.config = config
+        options = search._from(branch, scored, {}, set(), keep="speculative_algorithm")
+        return min(p for p, _r, _t, c in options if c["mem_fraction_static"] == 0.95)
+
+    assert level_of_branch_move(LocalSearchConfig()) == 1.0
+    assert level_of_branch_move(LocalSearchConfig(branch_tie=0.03)) == 0.0

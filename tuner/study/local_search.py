@@ -70,6 +70,10 @@ class LocalSearchConfig:
     infeasible_effects: bool = False
     restarts: int = 3  # how many of the next best trials to move from once the best is done
     branch_offset: float = 1.0  # levels a move from another branch's best waits
+    # A branch whose best measured within this share of the best trial's throughput (both
+    # within the SLOs) is as good a base: its moves wait no level, and its own params get no
+    # head start (0: off). Measured and left off (docs/design.md).
+    branch_tie: float = 0.0
     # Levels a move from the *boundary* trial waits: of the trials with more throughput than
     # the best feasible one, the one that violates its SLOs least (the optimum often sits on
     # the SLO boundary, between those and the feasible ones).
@@ -227,6 +231,7 @@ class LocalSearch:
             if self.rank is not None and self.config.doomed_penalty
             else None
         )
+        tied = keep is not None and _tied(base, scored, self.config.branch_tie)
         options: list[tuple[float, float, float, Params]] = []
         for move in moves(self.space, params, self.config.ordered_upto):
             if move.param == keep:
@@ -235,7 +240,7 @@ class LocalSearch:
             if key(candidate) in tried:
                 continue
             priority = move.level
-            if keep is not None:
+            if keep is not None and not tied:
                 own = keep in self.space.params[move.param].when
                 priority += self.config.branch_offset - (1.0 if own else 0.0)
             if queued and _more_slots(move, params):
@@ -802,3 +807,13 @@ def _unit(spec: ParamSpec, value: float) -> float:
     if spec.log and low > 0 and value > 0:
         low, high, value = math.log(low), math.log(high), math.log(value)
     return (value - low) / (high - low) if high > low else 0.0
+
+
+def _tied(base: FrozenTrial, scored: list[tuple[FrozenTrial, Standing]], share: float) -> bool:
+    """`base` and the best trial both meet the SLOs and measured within `share` of each other
+    in throughput (`LocalSearchConfig.branch_tie`; 0: never)."""
+    if share <= 0 or not scored:
+        return False
+    best = scored[0][1]
+    mine = next((s for t, s in scored if t.number == base.number), None)
+    return mine is not None and best[0] == 1 and mine[0] == 1 and mine[1] >= best[1] * (1 - share)
