@@ -58,24 +58,20 @@ def _slo_cut(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
     return method, pruner_config(StagePrunerConfig(slo_cut=on), Seen())
 
 
-def _local_search(field: str, value: float) -> Callable[[Any, bool], tuple[Any, Any]]:
-    """A toggle of one LocalSearchConfig field: `value` when on, 0 when off, the rest default."""
+def _local_search(
+    field: str, value: float, off: float = 0.0
+) -> Callable[[Any, bool], tuple[Any, Any]]:
+    """A toggle of one LocalSearchConfig field: `value` when on, `off` when off, the rest
+    default."""
 
     def toggle(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
         from tuner.study.local_search import LocalSearchConfig
 
-        changed: dict[str, Any] = {field: value if on else 0.0}
+        changed: dict[str, Any] = {field: value if on else off}
         config = replace(LocalSearchConfig(), **changed)
         return replace(method, guide=(("local_search", config),)), nullcontext()
 
     return toggle
-
-
-def _branch_first(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
-    from tuner.study.local_search import LocalSearchConfig
-
-    config = replace(LocalSearchConfig(), branch_offset=0.0 if on else 1.0)
-    return replace(method, guide=(("local_search", config),)), nullcontext()
 
 
 def _cut_bounds(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
@@ -89,7 +85,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "flat": _local_search("flat_penalty", 3.0),
     "ordered": _local_search("ordered_upto", 6),
     "bounds": _cut_bounds,
-    "branch-first": _branch_first,
+    "branch-first": _local_search("branch_offset", 0.0, off=1.0),
     "branch-tie": _local_search("branch_tie", 0.03),
 }
 

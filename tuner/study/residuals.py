@@ -76,15 +76,17 @@ class ResidualModel:
         self._fitted_on = done
         rows: list[list[float]] = []
         targets: dict[str, list[float]] = {"throughput": [], **{m: [] for m in self._metrics}}
-        bounded: list[list[float]] = []  # cut trials, for throughput only: rows and targets
+        # Cut trials at their bound (`cut_bounds`): rows and targets of the throughput GP only.
+        bound_rows: list[list[float]] = []
+        bound_targets: list[float] = []
         best = None
         for t in trials:
             bound = self._bound(t)
             if bound is not None and record.DUPLICATE_OF not in t.user_attrs:
                 expected = self._expected(t.user_attrs.get(record.FLAGS) or self._flags(t.params))
                 if expected is not None and expected[0] > 0:
-                    row = self._encoder.row(t.params)[:-1]
-                    bounded.append([*row, math.log(bound / expected[0])])
+                    bound_rows.append(self._encoder.row(t.params)[:-1])
+                    bound_targets.append(math.log(bound / expected[0]))
                 continue
             # Repeats, same-run ones too, are left out: fed to the GP as points of their own, the
             # default lost its best seeds in tpot-8b (docs/same-run.md).
@@ -110,15 +112,10 @@ class ResidualModel:
         self._models = {}
         if len(rows) < 2:
             return
-        x = np.array(rows)
         for name, y in targets.items():
-            if name == "throughput" and bounded:
-                extra = np.array(bounded)
-                x_all = np.vstack([x, extra[:, :-1]])
-                y_all = np.concatenate([np.array(y), extra[:, -1]])
-                self._models[name] = _gp(x_all, y_all, centred=self.estimator is None)
-                continue
-            self._models[name] = _gp(x, np.array(y), centred=self.estimator is None)
+            more, more_y = (bound_rows, bound_targets) if name == "throughput" else ([], [])
+            x = np.array(rows + more)
+            self._models[name] = _gp(x, np.array(y + more_y), centred=self.estimator is None)
 
     def _bound(self, trial: FrozenTrial) -> float | None:
         return record.throughput_bound(trial) if self.cut_bounds else None
