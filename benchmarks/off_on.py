@@ -19,6 +19,9 @@ TOGGLE names the change (`TOGGLES`):
   off) wait no level behind the best trial's own (`branch_offset` 0; off: 1, the default).
 - `branch-tie`: a branch whose best measured within 3% of the best trial is searched as the
   best is, its own params without a head start (`branch_tie`; off: 0).
+- `state-fit`: the estimate fits how many spare state slots a hybrid model's prefix cache
+  needs from the measured cache hit rates (tuner/predict/estimate.py `state_need`; off: no
+  state limit is ever fitted, as before it).
 - `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
   measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
@@ -35,9 +38,9 @@ from __future__ import annotations
 
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -78,6 +81,22 @@ def _cut_bounds(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]
     return replace(method, guide=(("cut_bounds", on),)), nullcontext()
 
 
+@contextmanager
+def _state_fit_gain(gain: float) -> Iterator[None]:
+    from tuner.predict import estimate
+
+    saved, estimate._STATE_FIT_GAIN = estimate._STATE_FIT_GAIN, gain
+    try:
+        yield
+    finally:
+        estimate._STATE_FIT_GAIN = saved
+
+
+def _state_fit(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+    # Off: no state limit explains the hit rates better than none (a factor of 0).
+    return method, _state_fit_gain(0.5 if on else 0.0)
+
+
 TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]] = {
     "slo-cut": _slo_cut,
     "doomed": _local_search("doomed_penalty", 3.0),
@@ -87,6 +106,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "bounds": _cut_bounds,
     "branch-first": _local_search("branch_offset", 0.0, off=1.0),
     "branch-tie": _local_search("branch_tie", 0.03),
+    "state-fit": _state_fit,
 }
 
 

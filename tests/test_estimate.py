@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -89,6 +90,75 @@ def test_prefix_reuse_is_refit_to_the_measured_cache_hit_rate():
     still_blind = _estimator(prefix_reuse=0.0)
     still_blind.fit(silent)
     assert still_blind.calibration.prefix_reuse == 0.0
+
+
+def _seed_estimator() -> tuple[Estimator, object]:
+    """The seed space's estimate (a hybrid model: a state pool beside the KV pool) and its
+    params-to-flags reader, as a study on the simulator builds them."""
+    from tuner.host import read_host_facts
+    from tuner.study import StudyOptions, launch_target
+    from tuner.study.guide import GuideSettings, make_guide
+
+    space = load_space("qwen3.6-27b-mtp-hicache")
+    target = launch_target(space, StudyOptions(engine="sim"))
+    host = read_host_facts("sim", target.module, target.extra_args, space.model_path)
+    guide = make_guide(space, host, GuideSettings.of(StudyOptions(engine="sim", seed=0)))
+    assert guide is not None and guide.estimator is not None
+    return guide.estimator, guide._flags
+
+
+def _mtp(steps: int, hicache: bool = False) -> dict[str, object]:
+    params: dict[str, object] = {
+        "speculative_algorithm": "NEXTN",
+        "speculative_num_steps": steps,
+        "speculative_eagle_topk": 1,
+        "mem_fraction_static": 0.95,
+        "enable_hierarchical_cache": hicache,
+        "mamba_radix_cache_strategy": "extra_buffer",
+        "max_running_requests": 16,
+        "chunked_prefill_size": 4096,
+    }
+    if hicache:
+        params.update(hicache_ratio=8.0, hicache_write_policy="write_through")
+    return params
+
+
+def test_hit_rates_that_fall_with_the_spare_state_slots_fit_a_state_limit_hicache_lifts():
+    """On a hybrid model more draft steps leave fewer state slots to the prefix cache. Trials
+    measured where the cache needs 60 spare slots (hit rates falling from 2 draft steps to 5,
+    as on the simulator: 0.906, 0.832, 0.678) fit that need, and HiCache's host pool, which
+    holds states too, gives the hits back. Hit rates that do not differ fit no limit."""
+    truth, flags_of = _seed_estimator()
+    truth.calibration = replace(truth.calibration, state_need=60.0)
+    observations = [
+        Observation(f, p.throughput, p.tpot_ms, p.running, None, metrics={"cache_hit_rate": h})
+        for steps in (2, 3, 5)
+        for f in [flags_of(_mtp(steps))]
+        for p in [truth.predict(f)]
+        for h in [p.hit_rate]
+    ]
+    hits = [o.metrics["cache_hit_rate"] for o in observations if o.metrics]
+    assert hits[0] > hits[1] > hits[2]
+    est, _ = _seed_estimator()
+    est.fit(observations)
+    assert est.calibration.state_need == pytest.approx(60.0, rel=0.05)
+    fitted = {s: est.predict(flags_of(_mtp(s))).hit_rate for s in (2, 3, 4, 5)}
+    assert fitted[2] > fitted[3] > fitted[4] > fitted[5]
+    assert fitted[3] == pytest.approx(hits[1], abs=0.01)
+    lifted = est.predict(flags_of(_mtp(3, hicache=True))).hit_rate
+    assert lifted == pytest.approx(fitted[2], abs=0.01)
+    plain = truth.predict(flags_of(_mtp(3))).throughput
+    assert truth.predict(flags_of(_mtp(3, hicache=True))).throughput > 1.02 * plain
+
+    same, _ = _seed_estimator()
+    alike = [
+        Observation(
+            o.flags, o.throughput, o.tpot_ms, o.running, None, metrics={"cache_hit_rate": 0.9}
+        )
+        for o in observations
+    ]
+    same.fit(alike)
+    assert same.calibration.state_need == 0.0
 
 
 def test_the_guide_finds_the_estimates_corner_that_random_candidates_miss():

@@ -15,6 +15,8 @@ far:
   from the accept length sglang reports for every speculative run (`accept_length`);
 - `prefix_reuse`: the share of the modelled prefix-cache hits that happen, from the cache hit
   rate the benchmark reports (the tokens sglang says it served from cache), when it reports any;
+- `state_need`: on a hybrid model, the spare state slots its prefix cache needs to keep what it
+  can reuse, once the measured hit rates differ between trials (docs/estimate.md);
 - a correction per categorical value (e.g. a Mamba cache strategy, HiCache on) and for batches
   beyond the captured CUDA graphs, learned from the residuals of the measured trials, for what
   the formulas below leave out.
@@ -69,6 +71,21 @@ _OVERHEADS_S = (0.0, *(0.0002 * 1.5**i for i in range(10)))  # 0, 0.2 ms .. 7.7 
 _QUANTILES = {"median": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 
 
+# A state limit is fitted only when it leaves at most this share of the hit rates' squared
+# error without one, and only from trials whose hit rate fell this far below the best measured.
+_STATE_FIT_GAIN = 0.5
+_STATE_SHORTFALL = 0.03
+
+
+def _spare_states(flags: Mapping[str, Any], slots: int, running: int) -> float:
+    """The state slots the running requests leave to a hybrid model's prefix cache; with
+    HiCache the host pool's share too (`hicache_ratio` x the device pool, sglang's default 2)."""
+    spare = float(max(slots - running, 0))
+    if flags.get("enable_hierarchical_cache"):
+        spare *= 1.0 + float(flags.get("hicache_ratio") or 2.0)
+    return spare
+
+
 @functools.cache
 def _wide_fractions() -> tuple[float, ...]:
     """The fit's grid for a GPU the spec table lacks (its figures are the table's means):
@@ -94,6 +111,11 @@ class Calibration:
     # Fixed time of one decode step (graph replay, scheduler work). The bandwidth prior was
     # measured with it included, so it starts at 0 and is fitted when trials tell it apart.
     step_overhead_s: float = 0.0
+    # Spare state slots (the state pool less the running requests; with HiCache the host pool's
+    # too) a hybrid model's prefix cache needs to keep what it can reuse; 0: not a limit.
+    # Fitted to the measured cache hit rates once they differ between trials
+    # (`_fit_prefix_reuse`).
+    state_need: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -198,11 +220,7 @@ class Estimator:
 
     # -- prediction ---------------------------------------------------------------------------
 
-    def predict(self, flags: Mapping[str, Any]) -> Prediction:
-        cal = self.calibration
-        bias = self.bias
-        bw = self.gpu.bandwidth_gb_s * GB * cal.bandwidth_fraction * bias.bandwidth_fraction
-        peak = self.gpu.bf16_tflops * 1e12 * cal.prefill_fraction * bias.prefill_fraction
+    def _memory(self, flags: Mapping[str, Any]) -> Any:
         key = tuple(sorted((k, str(v)) for k, v in flags.items()))
         memory = self._memory_cache.get(key)
         if memory is None:
@@ -210,6 +228,14 @@ class Estimator:
                 flags, self.model, self.gpu_memory_gb, version=self.space.engine_version
             )
             self._memory_cache[key] = memory
+        return memory
+
+    def predict(self, flags: Mapping[str, Any]) -> Prediction:
+        cal = self.calibration
+        bias = self.bias
+        bw = self.gpu.bandwidth_gb_s * GB * cal.bandwidth_fraction * bias.bandwidth_fraction
+        peak = self.gpu.bf16_tflops * 1e12 * cal.prefill_fraction * bias.prefill_fraction
+        memory = self._memory(flags)
         if not memory.fits:
             return Prediction(False, 0.0, math.inf, math.inf, 0, 1.0)
         spec = bool(flags.get("speculative_algorithm"))
@@ -240,6 +266,8 @@ class Estimator:
             kept = min(1.0, capacity / max(shape.working_set, 1.0)) * reuse
             if self.capacity:
                 kept *= self._states_kept(flags, memory.state_slots, memory.max_running_requests)
+            else:
+                kept *= self._states_fitted(flags, memory.state_slots, running)
             hit_tokens = min(shape.shareable * kept, shape.prompt)
             if self.model.hybrid and flags.get("mamba_radix_cache_strategy") == "no_buffer":
                 # The recurrent state is kept only where a request ended, so a prefix shared
@@ -328,6 +356,20 @@ class Estimator:
         needed = self.shape.working_set / max(interval, 1)
         spare = max(slots - running, 0)
         return min(1.0, spare / max(needed, 1.0))
+
+    def _states_fitted(self, flags: Mapping[str, Any], slots: int, running: int) -> float:
+        """The share of a closed loop's reusable prefixes a hybrid model's cache keeps, as the
+        study's measured hit rates say: the spare state slots over `state_need` (fitted). A
+        cached prefix resumes only from a saved recurrent state, and the running requests hold
+        their own slots, so more draft steps or a smaller pool (fewer slots) keep fewer; with
+        HiCache the host pool holds states too (sglang's `HiMambaRadixCache`), `hicache_ratio`
+        times the device pool's (docs/sglang-memory.md)."""
+        need = self.calibration.state_need
+        if need <= 0 or not self.model.hybrid or not slots:
+            return 1.0
+        if flags.get("mamba_radix_cache_strategy") == "no_buffer":
+            return 1.0  # one state per finished request: limited by request ends already
+        return min(1.0, _spare_states(flags, slots, running) / need)
 
     def _burst_tokens(
         self, flags: Mapping[str, Any], running: int, kept: float, chunk: float
@@ -526,13 +568,41 @@ class Estimator:
         measured = [float((o.metrics or {}).get("cache_hit_rate") or 0.0) for o in observations]
         if max(measured, default=0.0) <= 0.01:
             return cal
-        self.calibration = replace(cal, prefix_reuse=1.0)
-        modelled = [self.predict(o.flags) for o in observations]
-        pairs = [(m, p.hit_rate) for m, p in zip(measured, modelled, strict=True) if p.fits]
-        total = sum(p for _, p in pairs)
-        if total <= 0:
-            return cal
-        return replace(cal, prefix_reuse=min(sum(m for m, _ in pairs) / total, 1.5))
+        best: tuple[float, Calibration] | None = None
+        for need in self._state_needs(observations, measured):
+            self.calibration = replace(cal, prefix_reuse=1.0, state_need=need)
+            modelled = [self.predict(o.flags) for o in observations]
+            pairs = [(m, p.hit_rate) for m, p in zip(measured, modelled, strict=True) if p.fits]
+            total = sum(p for _, p in pairs)
+            if total <= 0:
+                continue
+            reuse = min(sum(m for m, _ in pairs) / total, 1.5)
+            error = sum((reuse * p - m) ** 2 for m, p in pairs)
+            # A state limit must explain the hit rates clearly better than none (need 0, first).
+            if best is None or error < _STATE_FIT_GAIN * best[0] - 1e-9:
+                best = (error, replace(cal, prefix_reuse=reuse, state_need=need))
+        self.calibration = cal
+        return best[1] if best is not None else cal
+
+    def _state_needs(
+        self, observations: Sequence[Observation], measured: Sequence[float]
+    ) -> list[float]:
+        """`state_need` values to try: 0 (no limit), and for a hybrid model's trials whose hit
+        rate fell short of the highest measured, the spare slots that explain that shortfall."""
+        if not self.model.hybrid or self.capacity:
+            return [0.0]
+        top = max(measured)
+        needs = [0.0]
+        for o, m in zip(observations, measured, strict=True):
+            if not 0.01 < m < (1 - _STATE_SHORTFALL) * top:
+                continue
+            prediction = self._memory(o.flags), self.predict(o.flags)
+            if o.flags.get("mamba_radix_cache_strategy") == "no_buffer" or not prediction[1].fits:
+                continue
+            spare = _spare_states(o.flags, prediction[0].state_slots, prediction[1].running)
+            if spare > 0:
+                needs.append(spare * top / m)
+        return needs
 
     def _learn_slo_scale(self, observations: Sequence[Observation]) -> None:
         """Median of measured / predicted for each latency SLO metric, from 2 trials on."""
