@@ -50,7 +50,7 @@ from typing import Any
 
 from tuner.engines.model_config import ModelMemory
 from tuner.predict.gpu_specs import GpuSpec, provisional_span
-from tuner.predict.memory import estimate_memory
+from tuner.predict.memory import MemoryEstimate, estimate_memory
 from tuner.predict.open_loop import OpenLoopLoad, sustained_rate
 from tuner.predict.priors import PRIORS, accept_length, accept_prior, fit_acceptance
 from tuner.predict.workload_shape import WorkloadShape
@@ -71,8 +71,9 @@ _OVERHEADS_S = (0.0, *(0.0002 * 1.5**i for i in range(10)))  # 0, 0.2 ms .. 7.7 
 _QUANTILES = {"median": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 
 
-# A state limit is fitted only when it leaves at most this share of the hit rates' squared
-# error without one, and only from trials whose hit rate fell this far below the best measured.
+# State limits are tried in turn, no limit first: one replaces the one held so far only when it
+# leaves at most this share of that one's squared error of the hit rates. Candidates come from
+# trials whose hit rate fell this far below the best measured.
 _STATE_FIT_GAIN = 0.5
 _STATE_SHORTFALL = 0.03
 
@@ -220,7 +221,8 @@ class Estimator:
 
     # -- prediction ---------------------------------------------------------------------------
 
-    def _memory(self, flags: Mapping[str, Any]) -> Any:
+    def _memory(self, flags: Mapping[str, Any]) -> MemoryEstimate:
+        """sglang's memory plan for these flags, computed once per configuration."""
         key = tuple(sorted((k, str(v)) for k, v in flags.items()))
         memory = self._memory_cache.get(key)
         if memory is None:
@@ -578,7 +580,7 @@ class Estimator:
                 continue
             reuse = min(sum(m for m, _ in pairs) / total, 1.5)
             error = sum((reuse * p - m) ** 2 for m, p in pairs)
-            # A state limit must explain the hit rates clearly better than none (need 0, first).
+            # Each limit must explain the hit rates clearly better than the one held (none first).
             if best is None or error < _STATE_FIT_GAIN * best[0] - 1e-9:
                 best = (error, replace(cal, prefix_reuse=reuse, state_need=need))
         self.calibration = cal
@@ -596,10 +598,12 @@ class Estimator:
         for o, m in zip(observations, measured, strict=True):
             if not 0.01 < m < (1 - _STATE_SHORTFALL) * top:
                 continue
-            prediction = self._memory(o.flags), self.predict(o.flags)
-            if o.flags.get("mamba_radix_cache_strategy") == "no_buffer" or not prediction[1].fits:
+            if o.flags.get("mamba_radix_cache_strategy") == "no_buffer":
+                continue  # its hits are bounded by request ends, not by state slots
+            prediction = self.predict(o.flags)
+            if not prediction.fits:
                 continue
-            spare = _spare_states(o.flags, prediction[0].state_slots, prediction[1].running)
+            spare = _spare_states(o.flags, self._memory(o.flags).state_slots, prediction.running)
             if spare > 0:
                 needs.append(spare * top / m)
         return needs
