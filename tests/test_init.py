@@ -205,6 +205,18 @@ def test_a_gpu_the_spec_table_lacks_is_named_with_its_memory(tmp_path, monkeypat
     assert "mem_fraction_static" in load_space(written).params
 
 
+def test_weights_above_90_percent_of_the_gpu_leave_the_top_fraction_alone(tmp_path):
+    """Mixtral's 93 GB of weights on a 100 GB GPU: the weights' share plus 5 points (0.98) is
+    above the range's top, so the written range is 0.95 alone (it was 0.98 to 0.95, and init
+    refused its own file), while a 110 GB GPU keeps a range."""
+    model = TEST_MODELS / "mixtral-8x7b"
+    tight = load_space(_init(tmp_path / "a", model, "NVIDIA A40", gpu_memory_gb=100.0))
+    memory = tight.params["mem_fraction_static"]
+    assert memory.low == memory.high == 0.95
+    roomy = load_space(_init(tmp_path / "b", model, "NVIDIA A40", gpu_memory_gb=110.0))
+    assert roomy.params["mem_fraction_static"].low < 0.95
+
+
 def test_a_hub_id_in_the_local_cache(tmp_path, monkeypatch):
     snapshot = tmp_path / "hub" / "models--mistralai--Mixtral-8x7B-v0.1" / "snapshots" / "abc"
     snapshot.mkdir(parents=True)

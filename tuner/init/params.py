@@ -62,7 +62,8 @@ def plan_params(
     notes: list[str] = []
     weights = model.memory.weight_bytes + model.memory.draft_bytes
     share = weights / (gpu.memory_gb * GB)
-    low = max(0.60, math.ceil((share + 0.05) * 100) / 100)
+    # Capped at the range's top: weights above 90% of the GPU leave only 0.95 to try.
+    low = min(max(0.60, math.ceil((share + 0.05) * 100) / 100), MEM_FRACTION_HIGH)
     while low < MEM_FRACTION_HIGH and not _fits(model, gpu, {"mem_fraction_static": low}):
         low = round(low + 0.01, 2)  # the lowest fraction at which sglang's plan leaves a pool
     if not _fits(model, gpu, {"mem_fraction_static": low}):
