@@ -1,6 +1,6 @@
 """One change of the search side by side, off and on, on the quality benchmark's studies.
 
-    python benchmarks/off_on.py TOGGLE WORLDS SPACES SEEDS JOBS
+    python benchmarks/off_on.py TOGGLE WORLDS SPACES SEEDS JOBS [per-seed]
 
 TOGGLE names the change (`TOGGLES`):
 
@@ -22,6 +22,9 @@ TOGGLE names the change (`TOGGLES`):
 - `state-fit`: the estimate fits how many spare state slots a hybrid model's prefix cache
   needs from the measured cache hit rates (tuner/predict/estimate.py `state_need`; off: no
   state limit is ever fitted, as before it).
+- `blind-checks`: a stop check queued for a move the estimate cannot rank (a blind move from
+  the best trial) does not count toward the stop rule's `max_checks` (tuner/study/stopping.py
+  `COUNTED_CHECKS`; off: it counts, as an expected gain's check does).
 - `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
   measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
@@ -30,8 +33,11 @@ stop rule (`--min-gain`'s default, as the quick start), each with the change off
 per cell: the full study's best noise-free SLO-feasible throughput as a share of the cell's
 best seen (median, and the worst seed), its modelled GPU hours, the launched trials until its
 best reached 99% of that (median; 41: never), the stopped study's GPU hours and their share
-of its own full study's, and the stopped study's best over its full study's. WORLDS and
-SPACES are comma-separated names (benchmarks/quality/worlds.py).
+of its own full study's, the stopped study's best over its full study's, and the share of the
+full study's front the stopped study's front keeps (`front_kept`, the stop rule's measure).
+WORLDS and SPACES are comma-separated names (benchmarks/quality/worlds.py). With `per-seed`,
+a second table gives each seed's stopped study: its best over its full study's, its launches
+and its share of the full study's GPU hours, off -> on.
 """
 
 from __future__ import annotations
@@ -49,8 +55,9 @@ if __name__ == "__main__":  # run as a file: the benchmarks package lives one fo
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 # (best noise-free feasible throughput, modelled GPU seconds, launched trials, launches until
-# the best reached each value: the running best after each launch)
-Outcome = tuple[float, float, int, list[float]]
+# the best reached each value: the running best after each launch, the noise-free (throughput,
+# latency) of every feasible trial: its front)
+Outcome = tuple[float, float, int, list[float], list[tuple[float, float]]]
 Runs = dict[str, Outcome]  # "full-off", "stop-off", "full-on", "stop-on"
 
 
@@ -97,6 +104,24 @@ def _state_fit(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]
     return method, _state_fit_gain(0.5 if on else 0.0)
 
 
+@contextmanager
+def _counted_checks(tags: frozenset[str]) -> Iterator[None]:
+    from tuner.study import stopping
+
+    saved, stopping.COUNTED_CHECKS = stopping.COUNTED_CHECKS, tags
+    try:
+        yield
+    finally:
+        stopping.COUNTED_CHECKS = saved
+
+
+def _blind_checks(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+    from tuner.study.stopping import BLIND_CHECK, STOP_CHECK
+
+    # Off: a blind move's check counts toward max_checks, as an expected gain's does.
+    return method, _counted_checks(frozenset({STOP_CHECK} if on else {STOP_CHECK, BLIND_CHECK}))
+
+
 TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]] = {
     "slo-cut": _slo_cut,
     "doomed": _local_search("doomed_penalty", 3.0),
@@ -107,17 +132,29 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "branch-first": _local_search("branch_offset", 0.0, off=1.0),
     "branch-tie": _local_search("branch_tie", 0.03),
     "state-fit": _state_fit,
+    "blind-checks": _blind_checks,
 }
 
 
 def outcome(run: Any) -> Outcome:
-    best, gpu, curve = 0.0, 0.0, []
+    best, gpu, curve, points = 0.0, 0.0, [], []
     for t in run.trials:
         gpu += t.gpu_s
         if t.counted and t.truth and t.truth.feasible:
             best = max(best, t.truth.throughput)
+            points.append((t.truth.throughput, t.truth.latency))
         curve.append(best)
-    return best, gpu, len(run.trials), curve
+    return best, gpu, len(run.trials), curve, points
+
+
+def front_kept(stopped: Outcome, full: Outcome) -> float:
+    """What the stopped study's front keeps of the full study's, in the stop rule's own
+    measure (tuner/study/stopping.py `front_move`): 1 / (1 + how far the full study's feasible
+    trials move the stopped study's front); 1.0 when the full study found no point beyond it,
+    0.0 when the stopped study found none."""
+    from tuner.study.stopping import front_move
+
+    return 1 / (1 + front_move(stopped[4], full[4]))
 
 
 def _cell_seed(task: tuple[str, str, str, int]) -> tuple[str, str, int, Runs]:
@@ -160,9 +197,9 @@ def main(argv: list[str]) -> None:
         "| world | space | full study's best (worst seed), off -> on | its GPU h, off -> on "
         "| launches to 99%, off -> on | stopped: GPU h, off -> on "
         "| stopped: share of full (max), off -> on | stopped: best / full (worst), off -> on "
-        "| seeds whose full best fell / rose |"
+        "| stopped: front kept (worst), off -> on | seeds whose full best fell / rose |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for (world, space), outs in cells.items():
         top = max(o[k][0] for o in outs for k in o) or 1.0
         med = statistics.median
@@ -172,6 +209,7 @@ def main(argv: list[str]) -> None:
             stop = [o[f"stop-{state}"] for o in outs]
             shares = [s[1] / f[1] for s, f in zip(stop, full, strict=True)]
             kept = [s[0] / f[0] if f[0] else 1.0 for s, f in zip(stop, full, strict=True)]
+            fronts = [front_kept(s, f) for s, f in zip(stop, full, strict=True)]
             to99 = [next((i + 1 for i, b in enumerate(f[3]) if b >= 0.99 * top), 41) for f in full]
             cols.append(
                 (
@@ -181,12 +219,29 @@ def main(argv: list[str]) -> None:
                     f"{med([s[1] / 3600 for s in stop]):.2f}",
                     f"{med(shares):.0%} ({max(shares):.0%})",
                     f"{med(kept):.3f} ({min(kept):.3f})",
+                    f"{med(fronts):.3f} ({min(fronts):.3f})",
                 )
             )
         fell = sum(1 for o in outs if o["full-on"][0] < 0.995 * o["full-off"][0])
         rose = sum(1 for o in outs if o["full-on"][0] > 1.005 * o["full-off"][0])
         row = " | ".join(f"{a} -> {b}" for a, b in zip(cols[0], cols[1], strict=True))
         print(f"| {world} | {space} | {row} | {fell} / {rose} |", flush=True)
+    if argv[5:] == ["per-seed"]:
+        _per_seed(results)
+
+
+def _per_seed(results: list[tuple[str, str, int, Runs]]) -> None:
+    print("\n| world | space | seed | stopped: best / full | launches | GPU-hour share |")
+    print("|---|---|---:|---|---|---|")
+    for world, space, seed, out in results:
+        cols: list[list[str]] = [[], [], []]
+        for state in ("off", "on"):
+            full, stop = out[f"full-{state}"], out[f"stop-{state}"]
+            cols[0].append(f"{stop[0] / full[0] if full[0] else 1.0:.3f}")
+            cols[1].append(f"{stop[2]}")
+            cols[2].append(f"{stop[1] / full[1]:.0%}")
+        row = " | ".join(" -> ".join(c) for c in cols)
+        print(f"| {world} | {space} | {seed} | {row} |")
 
 
 if __name__ == "__main__":

@@ -22,14 +22,16 @@ import statistics
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 
-# best feasible throughput, GPU seconds, launched trials, the running best (benchmarks/off_on.py)
-Outcome = tuple[float, float, int, list[float]]
+if __name__ == "__main__":  # run as a file: the benchmarks package lives one folder up
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from benchmarks.off_on import Outcome, front_kept, outcome
 
 
 def _cell_seed(task: tuple[str, str, int, list[str]]) -> tuple[str, str, dict[str, Outcome]]:
     world, space_name, seed, variants = task
-    from benchmarks.off_on import outcome
     from benchmarks.oracle_measurer import NoiseModel
     from benchmarks.quality import study
     from benchmarks.quality.methods import METHODS
@@ -74,16 +76,21 @@ def main(argv: list[str]) -> None:
     cells: dict[tuple[str, str], list[dict[str, Outcome]]] = {}
     for world, space, out in results:
         cells.setdefault((world, space), []).append(out)
-    print("| world | space | variant | trials | GPU h share median (max) | best / full (worst) |")
-    print("|---|---|---|---:|---:|---:|")
+    print(
+        "| world | space | variant | trials | GPU h share median (max) | best / full (worst) "
+        "| front kept (worst) |"
+    )
+    print("|---|---|---|---:|---:|---:|---:|")
     for (world, space), outs in cells.items():
         for v in variants:
             shares = [o[v][1] / o["full"][1] for o in outs]
             kept = [o[v][0] / o["full"][0] if o["full"][0] else 1.0 for o in outs]
+            fronts = [front_kept(o[v], o["full"]) for o in outs]
             trials = statistics.median(o[v][2] for o in outs)
             print(
                 f"| {world} | {space} | {v} | {trials:.0f} | {statistics.median(shares):.0%} "
-                f"({max(shares):.0%}) | {statistics.median(kept):.3f} ({min(kept):.3f}) |"
+                f"({max(shares):.0%}) | {statistics.median(kept):.3f} ({min(kept):.3f}) "
+                f"| {statistics.median(fronts):.3f} ({min(fronts):.3f}) |"
             )
 
 

@@ -50,7 +50,7 @@ from tuner.study.budget import measured_count
 from tuner.study.local_search import LocalSearch, LocalSearchConfig, neutral
 from tuner.study.options import StudyOptions
 from tuner.study.residuals import ResidualModel
-from tuner.study.stopping import STOP_CHECK, Outlook
+from tuner.study.stopping import BLIND_CHECK, STOP_CHECK, Outlook
 from tuner.trial.identical import launches
 from tuner.trial.same_run import SameRunRules
 
@@ -283,7 +283,7 @@ class Guide:
             why = (
                 f"a move from trial {best.number} the estimate cannot rank ({unseen[0]}) is untried"
             )
-            return Outlook(unseen[1], math.inf, why)
+            return Outlook(unseen[1], math.inf, why, blind=True)
         if self.config.model_share > 0 and not self.estimator.capacity:
             # The estimate corrected by the trials: its expected gain, uncertainty included.
             found = self._model_best(trials, _tried(trials))
@@ -328,7 +328,7 @@ class Guide:
 
     def queue_check(self, study: optuna.Study, outlook: Outlook) -> None:
         """Measure the configuration the estimate expects a gain from, before the study stops."""
-        self._enqueue(study, outlook.params, STOP_CHECK)
+        self._enqueue(study, outlook.params, BLIND_CHECK if outlook.blind else STOP_CHECK)
 
     # -- the estimate ----------------------------------------------------------------------
 
