@@ -25,6 +25,8 @@ TOGGLE names the change (`TOGGLES`):
 - `blind-checks`: a stop check queued for a move the estimate cannot rank (a blind move from
   the best trial) does not count toward the stop rule's `max_checks` (tuner/study/stopping.py
   `COUNTED_CHECKS`; off: it counts, as an expected gain's check does).
+- `edge-checks`: before it stops, the stop rule measures an SLO edge next to the best trial
+  that is not bisected (tuner/study/guide.py `edge_checks`; off: it does not wait for edges).
 - `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
   measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
@@ -84,8 +86,13 @@ def _local_search(
     return toggle
 
 
-def _cut_bounds(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
-    return replace(method, guide=(("cut_bounds", on),)), nullcontext()
+def _guide(field: str) -> Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]:
+    """A toggle of one GuideConfig bool field."""
+
+    def toggle(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+        return replace(method, guide=((field, on),)), nullcontext()
+
+    return toggle
 
 
 @contextmanager
@@ -128,11 +135,12 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "extend": _local_search("extend_min_gain", 0.03),
     "flat": _local_search("flat_penalty", 3.0),
     "ordered": _local_search("ordered_upto", 6),
-    "bounds": _cut_bounds,
+    "bounds": _guide("cut_bounds"),
     "branch-first": _local_search("branch_offset", 0.0, off=1.0),
     "branch-tie": _local_search("branch_tie", 0.03),
     "state-fit": _state_fit,
     "blind-checks": _blind_checks,
+    "edge-checks": _guide("edge_checks"),
 }
 
 

@@ -279,3 +279,52 @@ def test_the_estimate_tells_the_stop_rule_which_trials_it_cannot_tell_apart():
     signatures = [seen(t) for t in study.trials]
     assert signatures[0] == signatures[1]
     assert len({signatures[0], *signatures[2:]}) == 4
+
+
+def test_before_the_study_stops_it_bisects_an_slo_edge_next_to_its_best_trial():
+    """tpot-8b: the running cap buys throughput until p99 TPOT passes its limit, and the
+    estimate cannot say where between two measured caps the edge lies. A stopped seed had its
+    best at 34 running and a trial past the edge at 64 with more throughput, and stopped at
+    0.935 of what its full study found at 37; the stop rule now measures the halfway cap first
+    (tuner/study/stopping.py EDGE_CHECK), unless the trial past the edge measured no more than
+    `--min-gain` over the best."""
+    from tuner.space.load import space_from_dict
+    from tuner.study.stopping import EDGE_CHECK
+
+    space = space_from_dict(
+        {
+            "model_path": "m",
+            "params": {"max_running_requests": {"low": 1, "high": 64, "log": True}},
+            "workload": {"kind": "random"},
+            "bench": {"concurrency": 64},
+            "slos": ["p99_tpot_ms <= 11"],
+        }
+    )
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for running, throughput, tpot in ((34, 3600.0, -0.02), (64, 4900.0, 0.4)):
+        constraints = {"launch": 0.0, "slo:p99_tpot_ms": tpot}
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"max_running_requests": running},
+                distributions={
+                    "max_running_requests": optuna.distributions.IntDistribution(1, 64, log=True)
+                },
+                values=[throughput, 10.0],
+                user_attrs={
+                    record.OUTCOME: record.OUTCOME_OK,
+                    record.METRICS: {"output_throughput": throughput},
+                    record.CONSTRAINTS: constraints,
+                },
+                system_attrs={"constraints": list(constraints.values())},
+            )
+        )
+    guide = Guide(space, _estimator(), seed=0)
+    outlook = guide.outlook(study, min_gain=0.02)
+    assert outlook is not None and outlook.check == EDGE_CHECK
+    assert outlook.params == {"max_running_requests": 47}  # sqrt(34 x 64) on the log range
+    assert outlook.gain == pytest.approx(4900 / 3600 - 1)
+    assert "max_running_requests=47 is untried" in outlook.why
+    off = Guide(space, _estimator(), GuideConfig(edge_checks=False), seed=0)
+    assert (off.outlook(study, min_gain=0.02) or outlook).check != EDGE_CHECK
+    small = guide.outlook(study, min_gain=0.5)  # 4,900 is at most +36%: not worth a launch
+    assert small is None or small.check != EDGE_CHECK

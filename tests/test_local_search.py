@@ -330,6 +330,36 @@ def test_between_the_best_trial_and_one_past_an_slos_edge_the_number_halfway_com
     assert off != proposal
 
 
+def test_the_stop_rule_is_told_of_an_edge_not_yet_bisected_and_what_it_can_gain():
+    """Before it stops, the study measures the halfway cap between the best trial and one past
+    the TPOT edge (tuner/study/guide.py): it can gain up to what the trial past it measured.
+    Once the halfway cap is measured the next bisection is offered; once no trial past the
+    edge beats the best, none is."""
+    space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for running, throughput, tpot in ((4, 400.0, -0.2), (16, 1500.0, 0.3)):
+        _measured(
+            study, {**START, "max_running_requests": running}, throughput, {"p99_tpot_ms": tpot}
+        )
+    search = LocalSearch(space, seed=0)
+
+    def edge() -> tuple[dict, float] | None:
+        trials = study.get_trials(deepcopy=False)
+        return search.edge_move(trials, {key(t.params) for t in trials})
+
+    assert edge() == ({**START, "max_running_requests": 8}, 1500.0)
+    _measured(study, {**START, "max_running_requests": 8}, 800.0, {"p99_tpot_ms": -0.05})
+    assert edge() == ({**START, "max_running_requests": 11}, 1500.0)  # sqrt(8 x 16)
+    _measured(study, {**START, "max_running_requests": 11}, 1100.0, {"p99_tpot_ms": 0.1})
+    assert edge() == ({**START, "max_running_requests": 9}, 1100.0)  # the nearer trial past it
+    _measured(study, {**START, "max_running_requests": 9}, 850.0, {"p99_tpot_ms": 0.02})
+    _measured(study, {**START, "max_running_requests": 10}, 900.0, {"p99_tpot_ms": 0.05})
+    assert edge() is None  # 8 and 9 are adjacent: nothing lies between
+    off = LocalSearch(space, LocalSearchConfig(edge_level=None), seed=0)
+    trials = study.get_trials(deepcopy=False)
+    assert off.edge_move(trials[:2], {key(t.params) for t in trials[:2]}) is None
+
+
 def test_a_trial_the_slo_cut_stopped_marks_the_edge_with_its_stage_figures():
     """A cap far past the TPOT limit may be stopped after its first stage (the SLO cut,
     tuner/trial/pruning.py): its stage throughput still marks the edge to bisect."""

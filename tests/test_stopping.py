@@ -193,10 +193,10 @@ class _Forecaster:
         self.blind = blind
         self.queued: list[Outlook] = []
 
-    def outlook(self, study: optuna.Study) -> Outlook:
+    def outlook(self, study: optuna.Study, min_gain: float = 0.0) -> Outlook:
         x = 500 + len(self.queued)
         if len(self.queued) < self.blind:
-            return Outlook({"x": x}, math.inf, "a blind move", blind=True)
+            return Outlook({"x": x}, math.inf, "a blind move", BLIND_CHECK)
         return Outlook({"x": x}, self.gain)
 
     def alike(self, study: optuna.Study) -> None:
@@ -204,8 +204,7 @@ class _Forecaster:
 
     def queue_check(self, study: optuna.Study, outlook: Outlook) -> None:
         self.queued.append(outlook)
-        tag = BLIND_CHECK if outlook.blind else STOP_CHECK
-        study.enqueue_trial(outlook.params, user_attrs={record.GUIDED_BY: tag})
+        study.enqueue_trial(outlook.params, user_attrs={record.GUIDED_BY: outlook.check})
 
 
 def _flat_objective(trial: optuna.Trial) -> tuple[float, float]:

@@ -50,7 +50,7 @@ from tuner.study.budget import measured_count
 from tuner.study.local_search import LocalSearch, LocalSearchConfig, neutral
 from tuner.study.options import StudyOptions
 from tuner.study.residuals import ResidualModel
-from tuner.study.stopping import BLIND_CHECK, STOP_CHECK, Outlook
+from tuner.study.stopping import BLIND_CHECK, EDGE_CHECK, Outlook
 from tuner.trial.identical import launches
 from tuner.trial.same_run import SameRunRules
 
@@ -86,6 +86,10 @@ class GuideConfig:
     # (docs/design.md): the stopped studies spent more GPU hours in three 10 s cells of six and
     # kept no more. False: it skips them.
     cut_bounds: bool = False
+    # Before the stop rule stops, an SLO edge next to the best trial that the local search has
+    # not bisected is measured, when the trial past it measured more than `--min-gain` over the
+    # best (tuner/study/stopping.py EDGE_CHECK). False: the stop rule does not wait for edges.
+    edge_checks: bool = True
 
 
 # Configurations whose flags the guide keeps: its candidates and climbs (a few thousand) with
@@ -262,11 +266,13 @@ class Guide:
             tried.add(_key(params))
         return picks
 
-    def outlook(self, study: optuna.Study) -> Outlook | None:
+    def outlook(self, study: optuna.Study, min_gain: float = 0.0) -> Outlook | None:
         """What the refitted estimate expects from the rest of the study: its best untried
         configuration and the throughput gain it predicts over the best SLO-feasible trial,
-        both scored by the same estimate (tuner/study/stopping.py). None without an estimate
-        or a feasible trial."""
+        both scored by the same estimate (tuner/study/stopping.py). Before it, a move from the
+        best trial the estimate cannot rank, then an SLO edge next to the best trial that is not
+        bisected and could gain more than `min_gain`. None without an estimate or a feasible
+        trial."""
         if self.estimator is None:
             return None
         trials = study.get_trials(deepcopy=False)
@@ -283,7 +289,19 @@ class Guide:
             why = (
                 f"a move from trial {best.number} the estimate cannot rank ({unseen[0]}) is untried"
             )
-            return Outlook(unseen[1], math.inf, why, blind=True)
+            return Outlook(unseen[1], math.inf, why, BLIND_CHECK)
+        edge = self._local.edge_move(trials, _tried(trials)) if self.config.edge_checks else None
+        if edge is not None and edge[1] / best.values[0] - 1 > min_gain:
+            # The estimate cannot place an SLO's edge between two measured trials; the move can
+            # gain at most what the trial past the edge measured.
+            moved = ", ".join(
+                f"{k}={v}" for k, v in sorted(edge[0].items()) if best.params.get(k) != v
+            )
+            why = (
+                f"the SLO edge between trial {best.number} and a trial past it with more "
+                f"throughput is not bisected ({moved} is untried)"
+            )
+            return Outlook(edge[0], edge[1] / best.values[0] - 1, why, EDGE_CHECK)
         if self.config.model_share > 0 and not self.estimator.capacity:
             # The estimate corrected by the trials: its expected gain, uncertainty included.
             found = self._model_best(trials, _tried(trials))
@@ -328,7 +346,7 @@ class Guide:
 
     def queue_check(self, study: optuna.Study, outlook: Outlook) -> None:
         """Measure the configuration the estimate expects a gain from, before the study stops."""
-        self._enqueue(study, outlook.params, BLIND_CHECK if outlook.blind else STOP_CHECK)
+        self._enqueue(study, outlook.params, outlook.check)
 
     # -- the estimate ----------------------------------------------------------------------
 

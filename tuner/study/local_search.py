@@ -296,6 +296,25 @@ class LocalSearch:
                     return move.param, candidate
         return None
 
+    def edge_move(
+        self, trials: Sequence[FrozenTrial], tried: set[tuple[Any, ...]]
+    ) -> tuple[Params, float] | None:
+        """The untried edge move (`_edges`) from the best trial whose trial past the edge
+        measured the most throughput, with that throughput; None when there is none. The
+        estimate cannot say where an SLO's edge lies between two measured trials: the stop
+        rule measures such a move before it stops (tuner/study/stopping.py)."""
+        if self.config.edge_level is None:
+            return None
+        scored = sorted(
+            ((t, s) for t in trials if (s := standing(t)) is not None),
+            key=lambda ts: ts[1],
+            reverse=True,
+        )
+        if not scored:
+            return None
+        edges = [(p, past) for p, past in _edge_bounds(self.space, scored) if key(p) not in tried]
+        return max(edges, key=lambda pp: pp[1]) if edges else None
+
     def _blind(self, move: Move, params: Params) -> bool:
         if not self.blind:
             return False
@@ -643,16 +662,24 @@ def _edges(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> li
     """A number whose larger values buy throughput until an SLO breaks (a running cap against a
     TPOT limit) has its best value at the SLO's edge, between the best trial and the nearest
     trial past the edge: bisect it, as the window between two broken SLOs is bisected."""
+    return [params for params, _past in _edge_bounds(space, scored)]
+
+
+def _edge_bounds(
+    space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]
+) -> list[tuple[Params, float]]:
+    """The edge moves (`_edges`), each with the throughput the trial past the edge measured:
+    what the move can gain at most."""
     best, mine = scored[0]
     if mine[0] != 1 or not best.values:
         return []
-    out: list[Params] = []
+    out: list[tuple[Params, float]] = []
     for t, s in scored[1:]:
         past = _past_throughput(space, t) if s[0] == 0 else None
         if past is not None and past > best.values[0]:
             middle = _halfway(space, best, t)
             if middle is not None:
-                out.append(middle)
+                out.append((middle, past))
     return out
 
 

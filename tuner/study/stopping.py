@@ -23,18 +23,24 @@
 3. the estimate, refitted to every measured trial (tuner/study/guide.py), expects no untried
    configuration to beat the best measured one by more than `min_gain`, and no move from the
    best trial that the estimate cannot rank (a flag it does not read, such as adaptive
-   speculation) is untried: those are measured first, as the estimate's expected gains are.
+   speculation) is untried, and no SLO edge next to the best trial is left unbisected where
+   the trial past it measured more than `min_gain` over the best (a running cap between a
+   feasible 34 and a 64 past the TPOT limit: the estimate cannot say where between them the
+   limit falls): those are measured first, as the estimate's expected gains are.
    The gain is the estimate's score of its best untried configuration over its score of the
    best measured configuration: the same model on both sides, so its bias cancels and what is
    left is the difference it predicts. When it predicts more, the study measures that configuration
    instead of stopping (the caller queues `Outlook.params`); after `max_checks` such
    measurements in the window that moved nothing, the estimate is not believed any more.
-   A blind move's measurement (`BLIND_CHECK`) does not count toward `max_checks`: it tested
-   no prediction, and each is measured once. Counted, two blind moves from the best trial
-   (HiCache off, the other write policy) used up both checks in a 10 s seed of the quality
-   benchmark's slow-constants world, the estimate was never asked, and the study stopped at
-   0.948 of its full study's best: asked, it expected +4.4% from the memory fraction's top
-   with 4 draft steps and HiCache, and measured it.
+   A blind move's or an edge's measurement (`BLIND_CHECK`, `EDGE_CHECK`) does not count
+   toward `max_checks`: it tested no prediction, and each is measured once (a bisection
+   halves the edge's gap each time). In the tpot-8b space the median stopped seed (shipped
+   world) had kept 0.935 of the full study's best, stopping before the search bisected the
+   edge. Counted, two blind moves from the best trial (HiCache off, the other write policy)
+   used up both checks in a 10 s seed of the quality benchmark's slow-constants world, the
+   estimate was never asked, and the study stopped at 0.948 of its full study's best: asked,
+   it expected +4.4% from the memory fraction's top with 4 draft steps and HiCache, and
+   measured it.
 
 A study in which no launched trial met the SLOs has no front to judge by. It stops once it has
 launched `min_trials + patience` configurations, every one that served the whole benchmark
@@ -46,8 +52,8 @@ is not there. The reason names the closest trial and by how much it missed, so t
 can loosen those limits or change the space. The margin is wide because distance to an SLO in
 latency is not distance in the space: an open loop's TTFT tail grows without bound past the
 server's capacity, and in the quality benchmark's open-loop space with slow constants a study
-whose closest trial measured 2.0x the 10 s limit after 20 launches met it at launch 27 (a 50%
-margin stopped it at nothing; benchmarks/out_of_reach.py).
+whose closest trial measured 2.0x the 10 s limit after 20 launches (a window of 8 then) met
+it at launch 27 (a 50% margin stopped it at nothing; benchmarks/out_of_reach.py).
 
 A window trial the estimate cannot tell from a trial launched before it (the same predicted
 throughput and SLO metrics, and the same values of every flag the estimate does not read), and
@@ -91,11 +97,12 @@ from tuner.study.budget import counts
 
 Measure = Literal["front", "throughput", "latency"]
 _WHAT = {"front": "the front", "throughput": "the best throughput", "latency": "the best latency"}
-STOP_CHECK = "stop-check"  # `guided_by` of a trial queued because the estimate expected a gain
-# `guided_by` of a trial queued because the estimate cannot rank a move from the best trial
-BLIND_CHECK = "blind-check"
-# The checks that count toward `StopRule.max_checks`: the estimate's expected gains. A blind
-# move is measured once each and is no belief of the estimate's to stop trusting.
+# `guided_by` of the trials the stop rule queued before stopping (tuner/study/guide.py):
+STOP_CHECK = "stop-check"  # the estimate expected a gain from it
+BLIND_CHECK = "blind-check"  # a move from the best trial the estimate cannot rank
+EDGE_CHECK = "edge-check"  # halfway between the best trial and one past an SLO's edge
+# The checks that count toward `StopRule.max_checks`: the estimate's expected gains. Blind
+# moves and edge bisections test no prediction of the estimate's, and each is measured once.
 COUNTED_CHECKS = frozenset({STOP_CHECK})
 # --min-gain's default: a move of the front worth the rest of the budget (relative). 2%, the
 # benchmark's throughput noise: at 1% the six 10 s cells' stopped studies spent 49-60% of the
@@ -109,7 +116,10 @@ class StopRule:
 
     min_gain: float = DEFAULT_MIN_GAIN  # a relative move of the front worth the rest of the budget
     min_trials: int = 12  # launched trials before the rule may stop the study
-    patience: int = 8  # the window: launched trials that must have moved the front too little
+    # The window: launched trials that must have moved the front too little. 6: at 8 the six
+    # 10 s cells' stopped studies spent 41-57% of the full studies' GPU hours, at 6 36-48%,
+    # every seed keeping 0.98 of the full study's best either way (docs/design.md).
+    patience: int = 6
     max_checks: int = 2  # estimate-led trials in the window that moved nothing: stop believing it
     measure: Measure = "front"
     noise: float = 0.0  # relative run-to-run noise of one measurement, when known
@@ -135,7 +145,7 @@ class Outlook:
     params: dict[str, Any]
     gain: float
     why: str = ""
-    blind: bool = False  # a move the estimate cannot rank: measured once, not a belief
+    check: str = STOP_CHECK  # what kind of check its measurement is (`guided_by`)
 
 
 @dataclass(frozen=True)
@@ -352,7 +362,7 @@ def _within(a: float, b: float, tolerance: float) -> bool:
 class Forecaster(Protocol):
     """What the stop rule asks of the guide (tuner/study/guide.py)."""
 
-    def outlook(self, study: optuna.Study) -> Outlook | None: ...
+    def outlook(self, study: optuna.Study, min_gain: float = 0.0) -> Outlook | None: ...
 
     def alike(self, study: optuna.Study) -> Callable[[FrozenTrial], Hashable] | None: ...
 
@@ -373,7 +383,8 @@ class Stopping:
         if not self.rule.enabled:
             return False
         forecaster = self.forecaster
-        outlook = None if forecaster is None else (lambda: forecaster.outlook(study))
+        min_gain = self.rule.min_gain
+        outlook = None if forecaster is None else (lambda: forecaster.outlook(study, min_gain))
         alike = None if forecaster is None else forecaster.alike(study)
         decision = decide(study.get_trials(deepcopy=False), self.rule, outlook, alike)
         self.decision = decision
