@@ -52,9 +52,11 @@ def test_times_are_converted_to_modelled_seconds(server):
     assert result.time_scale == 20.0
     s = result.summary
     # The fake sleeps 0.5/20 s to the first token: we must report ~500 ms, not ~25 ms.
-    # Loose bounds: client overhead is scaled up 20x too and the machine is shared.
+    # Loose bounds: client overhead is scaled up 20x too and the machine is shared. A client
+    # that reads late gets tokens in bursts, so a loaded machine can measure the TPOT under
+    # the fake's 100 ms (89 ms beside two benchmark processes); unscaled it would be 5 ms.
     assert 450 < s["median_ttft_ms"] < 800
-    assert 90 < s["median_tpot_ms"] < 200
+    assert 60 < s["median_tpot_ms"] < 200
     by_rid = {x["rid"]: x for x in served(server.url)["requests"]}
     ttfts = [by_rid[r.rid]["first_token_s"] - by_rid[r.rid]["arrival_s"] for r in result.records]
     assert s["median_ttft_ms"] >= statistics.median(ttfts) * 1000
