@@ -96,37 +96,29 @@ def _guide(field: str) -> Callable[[Any, bool], tuple[Any, AbstractContextManage
 
 
 @contextmanager
-def _state_fit_gain(gain: float) -> Iterator[None]:
-    from tuner.predict import estimate
-
-    saved, estimate._STATE_FIT_GAIN = estimate._STATE_FIT_GAIN, gain
+def _patched(module: Any, name: str, value: Any) -> Iterator[None]:
+    """`module.name` set to `value` while the study runs."""
+    saved = getattr(module, name)
+    setattr(module, name, value)
     try:
         yield
     finally:
-        estimate._STATE_FIT_GAIN = saved
+        setattr(module, name, saved)
 
 
 def _state_fit(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+    from tuner.predict import estimate
+
     # Off: no state limit explains the hit rates better than none (a factor of 0).
-    return method, _state_fit_gain(0.5 if on else 0.0)
-
-
-@contextmanager
-def _counted_checks(tags: frozenset[str]) -> Iterator[None]:
-    from tuner.study import stopping
-
-    saved, stopping.COUNTED_CHECKS = stopping.COUNTED_CHECKS, tags
-    try:
-        yield
-    finally:
-        stopping.COUNTED_CHECKS = saved
+    return method, _patched(estimate, "_STATE_FIT_GAIN", 0.5 if on else 0.0)
 
 
 def _blind_checks(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
-    from tuner.study.stopping import BLIND_CHECK, STOP_CHECK
+    from tuner.study import stopping
 
     # Off: a blind move's check counts toward max_checks, as an expected gain's does.
-    return method, _counted_checks(frozenset({STOP_CHECK} if on else {STOP_CHECK, BLIND_CHECK}))
+    counted = {stopping.STOP_CHECK} if on else {stopping.STOP_CHECK, stopping.BLIND_CHECK}
+    return method, _patched(stopping, "COUNTED_CHECKS", frozenset(counted))
 
 
 TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]] = {
