@@ -291,9 +291,10 @@ class Guide:
             )
             return Outlook(unseen[1], math.inf, why, BLIND_CHECK)
         edge = self._local.edge_move(trials, _tried(trials)) if self.config.edge_checks else None
-        if edge is not None and edge[1] / best.values[0] - 1 > min_gain:
-            # The estimate cannot place an SLO's edge between two measured trials; the move can
-            # gain at most what the trial past the edge measured.
+        # The estimate cannot place an SLO's edge between two measured trials; the move can
+        # gain at most what the trial past the edge measured.
+        bound = -1.0 if edge is None else edge[1] / best.values[0] - 1
+        if edge is not None and bound > min_gain:
             moved = ", ".join(
                 f"{k}={v}" for k, v in sorted(edge[0].items()) if best.params.get(k) != v
             )
@@ -301,7 +302,7 @@ class Guide:
                 f"the SLO edge between trial {best.number} and a trial past it with more "
                 f"throughput is not bisected ({moved} is untried)"
             )
-            return Outlook(edge[0], edge[1] / best.values[0] - 1, why, EDGE_CHECK)
+            return Outlook(edge[0], bound, why, EDGE_CHECK)
         if self.config.model_share > 0 and not self.estimator.capacity:
             # The estimate corrected by the trials: its expected gain, uncertainty included.
             found = self._model_best(trials, _tried(trials))

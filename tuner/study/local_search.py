@@ -148,10 +148,9 @@ class LocalSearch:
     def propose(self, trials: Sequence[FrozenTrial], tried: set[tuple[Any, ...]]) -> Params | None:
         """The next configuration to measure, one move from the best trial or from the best of
         another branch; None when every such move has been tried (or nothing was measured)."""
-        scored = [(t, s) for t in trials if (s := standing(t)) is not None]
+        scored = _scored(trials)
         if not scored:
             return None
-        scored.sort(key=lambda ts: ts[1], reverse=True)
         effects = _move_effects(self.space, trials, self.config.infeasible_effects)
         self._trend = Trend.fit(self.space, trials) if self.config.trend_weight else None
         if self._trend is not None and self._trend.size < self.config.trend_from:
@@ -305,11 +304,7 @@ class LocalSearch:
         rule measures such a move before it stops (tuner/study/stopping.py)."""
         if self.config.edge_level is None:
             return None
-        scored = sorted(
-            ((t, s) for t in trials if (s := standing(t)) is not None),
-            key=lambda ts: ts[1],
-            reverse=True,
-        )
+        scored = _scored(trials)
         if not scored:
             return None
         edges = [(p, past) for p, past in _edge_bounds(self.space, scored) if key(p) not in tried]
@@ -518,6 +513,13 @@ def standing(t: FrozenTrial) -> Standing | None:
     if t.state == TrialState.COMPLETE and t.values:
         return (1, float(t.values[0]))
     return None
+
+
+def _scored(trials: Sequence[FrozenTrial]) -> list[tuple[FrozenTrial, Standing]]:
+    """The trials that say something comparable, best first (`standing`)."""
+    scored = [(t, s) for t in trials if (s := standing(t)) is not None]
+    scored.sort(key=lambda ts: ts[1], reverse=True)
+    return scored
 
 
 def _outcome(t: FrozenTrial) -> Standing:
