@@ -27,6 +27,13 @@ TOGGLE names the change (`TOGGLES`):
   `COUNTED_CHECKS`; off: it counts, as an expected gain's check does).
 - `edge-checks`: before it stops, the stop rule measures an SLO edge next to the best trial
   that is not bisected (tuner/study/guide.py `edge_checks`; off: it does not wait for edges).
+- `edge-tie`: edge moves and edge checks bisect from every trial within 2% of the best
+  trial's throughput too, not from the best alone (tuner/study/local_search.py `edge_tie`; off:
+  0, the best alone).
+- `edge-probe`: before it stops, where no trial one number from the best marks an SLO edge,
+  the stop rule measures the best trial with the number in which a trial past the edge (with
+  more throughput) differs most set halfway to it, once a study (tuner/study/guide.py
+  `edge_probes`; off: no probe).
 - `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
   measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
@@ -133,6 +140,8 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "state-fit": _state_fit,
     "blind-checks": _blind_checks,
     "edge-checks": _guide("edge_checks"),
+    "edge-tie": _local_search("edge_tie", 0.02),
+    "edge-probe": _guide("edge_probes"),
 }
 
 

@@ -8,6 +8,7 @@ import random
 
 import optuna
 import pytest
+from support.fixture_studies import add_graded_trial
 
 from tuner.engines.model_config import ModelMemory
 from tuner.predict.estimate import Calibration, Estimator, Observation
@@ -281,6 +282,35 @@ def test_the_estimate_tells_the_stop_rule_which_trials_it_cannot_tell_apart():
     assert len({signatures[0], *signatures[2:]}) == 4
 
 
+_TPOT_SPACE = {
+    "model_path": "m",
+    "params": {
+        "max_running_requests": {"low": 1, "high": 64, "log": True},
+        "mem_fraction_static": {"low": 0.70, "high": 0.95, "step": 0.01},
+    },
+    "workload": {"kind": "random"},
+    "bench": {"concurrency": 64},
+    "slos": ["p99_tpot_ms <= 11"],
+}
+
+
+def _tpot_trial(
+    study: optuna.Study,
+    params: dict,
+    throughput: float,
+    tpot: float,
+    guided_by: str | None = None,
+) -> None:
+    """A launched trial of `_TPOT_SPACE` that served its benchmark: `tpot` is its graded p99
+    TPOT violation (> 0: past the limit)."""
+    distributions = {
+        "max_running_requests": optuna.distributions.IntDistribution(1, 64, log=True),
+        "mem_fraction_static": optuna.distributions.FloatDistribution(0.7, 0.95, step=0.01),
+    }
+    guided = {record.GUIDED_BY: guided_by} if guided_by else {}
+    add_graded_trial(study, params, distributions, throughput, {"p99_tpot_ms": tpot}, guided)
+
+
 def test_before_the_study_stops_it_bisects_an_slo_edge_next_to_its_best_trial():
     """tpot-8b: the running cap buys throughput until p99 TPOT passes its limit, and the
     estimate cannot say where between two measured caps the edge lies. A stopped seed had its
@@ -302,22 +332,7 @@ def test_before_the_study_stops_it_bisects_an_slo_edge_next_to_its_best_trial():
     )
     study = optuna.create_study(directions=["maximize", "minimize"])
     for running, throughput, tpot in ((34, 3600.0, -0.02), (64, 4900.0, 0.4)):
-        constraints = {"launch": 0.0, "slo:p99_tpot_ms": tpot}
-        study.add_trial(
-            optuna.trial.create_trial(
-                params={"max_running_requests": running},
-                distributions={
-                    "max_running_requests": optuna.distributions.IntDistribution(1, 64, log=True)
-                },
-                values=[throughput, 10.0],
-                user_attrs={
-                    record.OUTCOME: record.OUTCOME_OK,
-                    record.METRICS: {"output_throughput": throughput},
-                    record.CONSTRAINTS: constraints,
-                },
-                system_attrs={"constraints": list(constraints.values())},
-            )
-        )
+        _tpot_trial(study, {"max_running_requests": running}, throughput, tpot)
     guide = Guide(space, _estimator(), seed=0)
     outlook = guide.outlook(study, min_gain=0.02)
     assert outlook is not None and outlook.check == EDGE_CHECK
@@ -328,3 +343,59 @@ def test_before_the_study_stops_it_bisects_an_slo_edge_next_to_its_best_trial():
     assert (off.outlook(study, min_gain=0.02) or outlook).check != EDGE_CHECK
     small = guide.outlook(study, min_gain=0.5)  # 4,900 is at most +36%: not worth a launch
     assert small is None or small.check != EDGE_CHECK
+
+
+def test_where_no_trial_one_number_away_marks_the_edge_the_stop_rule_probes_it_once():
+    """tpot-8b, seed 4: the trials past the TPOT edge with more throughput differed from the
+    best in the memory fraction too, so there was no edge to bisect, and the study stopped at
+    0.935 of its full study's best. Before it stops, the study measures the best trial's cap
+    halfway to the trial past the edge (tuner/study/stopping.py EDGE_PROBE), once a study."""
+    from tuner.space.load import space_from_dict
+    from tuner.study.local_search import key
+    from tuner.study.stopping import EDGE_CHECK, EDGE_PROBE
+
+    space = space_from_dict(_TPOT_SPACE)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    _tpot_trial(study, {"max_running_requests": 35, "mem_fraction_static": 0.93}, 3600.0, -0.02)
+    _tpot_trial(study, {"max_running_requests": 64, "mem_fraction_static": 0.91}, 4900.0, 0.4)
+    guide = Guide(space, _estimator(), seed=0)
+    outlook = guide.outlook(study, min_gain=0.02)
+    assert outlook is not None and outlook.check == EDGE_PROBE
+    assert outlook.params == {"max_running_requests": 47, "mem_fraction_static": 0.93}
+    assert outlook.gain == pytest.approx(4900 / 3600 - 1)
+    off = Guide(space, _estimator(), GuideConfig(edge_probes=False), seed=0)
+    assert (off.outlook(study, min_gain=0.02) or outlook).check != EDGE_PROBE
+    # Measured past the edge, the probe is one number from the best: the edge is bisected.
+    _tpot_trial(study, outlook.params, 4170.0, 0.05, guided_by=EDGE_PROBE)
+    after = guide.outlook(study, min_gain=0.02)
+    assert after is not None and after.check == EDGE_CHECK
+    assert after.params == {"max_running_requests": 41, "mem_fraction_static": 0.93}
+    # Another trial past an edge, in other numbers: no second probe.
+    _tpot_trial(study, {"max_running_requests": 41, "mem_fraction_static": 0.93}, 3840.0, 0.01)
+    _tpot_trial(study, {"max_running_requests": 38, "mem_fraction_static": 0.93}, 3500.0, -0.01)
+    _tpot_trial(study, {"max_running_requests": 36, "mem_fraction_static": 0.95}, 5000.0, 0.3)
+    trials = study.get_trials(deepcopy=False)
+    assert guide._local.edge_probes(trials, {key(t.params) for t in trials})
+    last = guide.outlook(study, min_gain=0.02)
+    assert last is None or last.check != EDGE_PROBE
+
+
+def test_the_probe_moves_a_number_the_estimate_sees():
+    """HiCache 4x slower, tpot-8b, seed 4: the best trial ran 34 at memory 0.77, the trial past
+    the edge 64 at 0.91. The memory fraction differs more on its range's scale, but an 8B model
+    on an H200 runs the same at 0.84 as at 0.77 (the probe was a re-measurement, skipped, and
+    the study stopped at 0.935 of its full study's best): the probe moves the cap."""
+    from tuner.space.load import space_from_dict
+    from tuner.study.stopping import EDGE_PROBE
+
+    space = space_from_dict(_TPOT_SPACE)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    _tpot_trial(study, {"max_running_requests": 34, "mem_fraction_static": 0.77}, 3600.0, -0.02)
+    _tpot_trial(study, {"max_running_requests": 64, "mem_fraction_static": 0.91}, 4900.0, 0.4)
+    guide = Guide(space, _estimator(), seed=0)
+    trials = study.get_trials(deepcopy=False)
+    probes = guide._local.edge_probes(trials, set())
+    assert [p["mem_fraction_static"] for p, _v in probes] == [0.84, 0.77]  # memory first
+    outlook = guide.outlook(study, min_gain=0.02)
+    assert outlook is not None and outlook.check == EDGE_PROBE
+    assert outlook.params == {"max_running_requests": 47, "mem_fraction_static": 0.77}

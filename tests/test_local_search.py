@@ -8,6 +8,7 @@ from typing import Any
 
 import optuna
 import pytest
+from support.fixture_studies import add_graded_trial
 
 from tuner.results import record
 from tuner.results.record import GUIDED_BY
@@ -184,21 +185,7 @@ def _measured(
 ) -> None:
     """A completed trial of `params` with its SLO constraints graded (> 0: violated); with
     `repeat`, the user attributes that make it a repeat of another trial."""
-    constraints = {"launch": 0.0, **{f"slo:{k}": v for k, v in slos.items()}}
-    study.add_trial(
-        optuna.trial.create_trial(
-            params=params,
-            distributions={k: _DISTRIBUTIONS[k] for k in params},
-            values=[throughput, 10.0],
-            user_attrs={
-                record.OUTCOME: record.OUTCOME_OK,
-                record.METRICS: {"output_throughput": throughput},
-                record.CONSTRAINTS: constraints,
-                **(repeat or {}),
-            },
-            system_attrs={"constraints": list(constraints.values())},
-        )
-    )
+    add_graded_trial(study, params, _DISTRIBUTIONS, throughput, slos, repeat)
 
 
 def _trial(study: optuna.Study, params: dict, throughput: float) -> None:
@@ -358,6 +345,61 @@ def test_the_stop_rule_is_told_of_an_edge_not_yet_bisected_and_what_it_can_gain(
     off = LocalSearch(space, LocalSearchConfig(edge_level=None), seed=0)
     trials = study.get_trials(deepcopy=False)
     assert off.edge_move(trials[:2], {key(t.params) for t in trials[:2]}) is None
+
+
+def test_an_edge_is_bisected_from_a_trial_within_the_noise_of_the_best_too():
+    """tpot-8b, seed 4: the best trial (4 running) had an edge under way (16 running, past the
+    TPOT limit) when a trial in another configuration measured 1% more, within the noise, and
+    became the best. The bisection goes on from the first one (8 running) instead of starting
+    over from the new best's range ends; with `edge_tie` 0 it starts over."""
+    space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for params, throughput, tpot in (
+        ({**START, "max_running_requests": 4}, 400.0, -0.2),
+        ({**START, "max_running_requests": 16}, 1500.0, 0.3),
+        ({**START, "mem_fraction_static": 0.95}, 404.0, -0.2),
+    ):
+        _measured(study, params, throughput, {"p99_tpot_ms": tpot})
+    trials = study.get_trials(deepcopy=False)
+    tried = {key(t.params) for t in trials}
+    halfway = {**START, "max_running_requests": 8}
+    assert LocalSearch(space, seed=0).propose(trials, tried) == halfway
+    assert LocalSearch(space, seed=0).edge_move(trials, tried) == (halfway, 1500.0)
+    alone = LocalSearch(space, LocalSearchConfig(edge_tie=0.0), seed=0)
+    assert alone.edge_move(trials, tried) is None
+    assert alone.propose(trials, tried) != halfway
+    # Beyond the tie (a best 5% above the first trial), the first trial's edge waits.
+    _measured(study, {**START, "mem_fraction_static": 0.7}, 420.0, {"p99_tpot_ms": -0.2})
+    trials = study.get_trials(deepcopy=False)
+    assert LocalSearch(space, seed=0).edge_move(trials, {key(t.params) for t in trials}) is None
+
+
+def test_a_probe_moves_the_best_trial_towards_a_trial_past_the_edge_one_number_at_a_time():
+    """tpot-8b, seed 4: the best trial ran 35 (memory 0.93); the trials past the TPOT edge with
+    more throughput differed in the memory fraction too, so no edge move existed and the study
+    stopped at 0.935 of what its full study found at 38 running. The probes set each number in
+    which they differ halfway, the widest gap on its range's scale first (the cap: half its log
+    range; the memory fraction: 0.28 of its range); measured past the edge, a probe is an edge
+    move's bound. A trial past the edge that differs in a choice only gives no probe."""
+    space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    _measured(study, START, 400.0, {"p99_tpot_ms": -0.2})
+    _measured(study, {**START, "chunked_prefill_size": 16384}, 2000.0, {"p99_tpot_ms": 0.3})
+    search = LocalSearch(space, seed=0)
+
+    def tried() -> tuple[list, set]:
+        trials = study.get_trials(deepcopy=False)
+        return trials, {key(t.params) for t in trials}
+
+    assert search.edge_probes(*tried()) == []  # a choice has no halfway
+    past = {**START, "max_running_requests": 16, "mem_fraction_static": 0.8}
+    _measured(study, past, 1500.0, {"p99_tpot_ms": 0.3})
+    assert search.edge_move(*tried()) is None  # two numbers differ: no edge move
+    probe = {**START, "max_running_requests": 8}
+    memory = {**START, "mem_fraction_static": 0.84}  # halfway 0.835, on the range's 0.01 steps
+    assert search.edge_probes(*tried()) == [(probe, 1500.0), (memory, 1500.0)]
+    _measured(study, probe, 900.0, {"p99_tpot_ms": 0.1})
+    assert search.edge_move(*tried()) == ({**START, "max_running_requests": 6}, 900.0)
 
 
 def test_a_trial_the_slo_cut_stopped_marks_the_edge_with_its_stage_figures():

@@ -329,3 +329,31 @@ def sqlite_study(studies_dir: Path, study_name: str = "qwen-mtp", **kwargs: Any)
     url = f"sqlite:///{studies_dir / f'{study_name}.db'}"
     build_study(url, study_name, **kwargs)
     return url
+
+
+def add_graded_trial(
+    study: optuna.Study,
+    params: dict[str, Any],
+    distributions: dict[str, Any],
+    throughput: float,
+    slos: dict[str, float],
+    user_attrs: dict[str, Any] | None = None,
+) -> None:
+    """Add a launched trial that served its benchmark, as `tuner optimize` records it: `slos`
+    maps each SLO metric to its graded constraint (> 0: violated by that share of the limit);
+    `user_attrs` adds to the record (a repeat's, the guide's tag)."""
+    constraints = {"launch": 0.0, **{f"slo:{k}": v for k, v in slos.items()}}
+    study.add_trial(
+        create_trial(
+            params=params,
+            distributions={k: distributions[k] for k in params},
+            values=[throughput, 10.0],
+            user_attrs={
+                record.OUTCOME: record.OUTCOME_OK,
+                record.METRICS: {"output_throughput": throughput},
+                record.CONSTRAINTS: constraints,
+                **(user_attrs or {}),
+            },
+            system_attrs={"constraints": list(constraints.values())},
+        )
+    )

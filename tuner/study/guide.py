@@ -50,7 +50,7 @@ from tuner.study.budget import measured_count
 from tuner.study.local_search import LocalSearch, LocalSearchConfig, neutral
 from tuner.study.options import StudyOptions
 from tuner.study.residuals import ResidualModel
-from tuner.study.stopping import BLIND_CHECK, EDGE_CHECK, Outlook
+from tuner.study.stopping import BLIND_CHECK, EDGE_CHECK, EDGE_PROBE, Outlook
 from tuner.trial.identical import launches
 from tuner.trial.same_run import SameRunRules
 
@@ -90,6 +90,10 @@ class GuideConfig:
     # not bisected is measured, when the trial past it measured more than `--min-gain` over the
     # best (tuner/study/stopping.py EDGE_CHECK). False: the stop rule does not wait for edges.
     edge_checks: bool = True
+    # Where no trial one number from the best marks an edge, one probe a study towards the trial
+    # past an edge with the most throughput, in the number that differs most
+    # (tuner/study/stopping.py EDGE_PROBE). False: none.
+    edge_probes: bool = True
 
 
 # Configurations whose flags the guide keeps: its candidates and climbs (a few thousand) with
@@ -113,7 +117,7 @@ class Guide:
         self._seen: dict[tuple[Any, ...], dict[str, Any]] = {}  # configurations the climbs scored
         self._fitted_on = -1
         self._flag_cache: dict[tuple[Any, ...], dict[str, Any]] = {}
-        self._local = LocalSearch(space, seed=seed)
+        self._local = LocalSearch(space, self.config.local_search, seed=seed)
         self.same_run: SameRunRules | None = None  # set by make_guide when the host is known
         self._residuals: ResidualModel | None = None
         if estimator is not None:  # what the estimate cannot rank, measured early
@@ -290,19 +294,30 @@ class Guide:
                 f"a move from trial {best.number} the estimate cannot rank ({unseen[0]}) is untried"
             )
             return Outlook(unseen[1], math.inf, why, BLIND_CHECK)
-        edge = self._local.edge_move(trials, _tried(trials)) if self.config.edge_checks else None
-        # The estimate cannot place an SLO's edge between two measured trials; the move can
-        # gain at most what the trial past the edge measured.
-        bound = -1.0 if edge is None else edge[1] / best.values[0] - 1
-        if edge is not None and bound > min_gain:
-            moved = ", ".join(
-                f"{k}={v}" for k, v in sorted(edge[0].items()) if best.params.get(k) != v
-            )
-            why = (
-                f"the SLO edge between trial {best.number} and a trial past it with more "
-                f"throughput is not bisected ({moved} is untried)"
-            )
-            return Outlook(edge[0], bound, why, EDGE_CHECK)
+        tried = _tried(trials)
+        # The estimate cannot place an SLO's edge between two measured trials; a move towards
+        # it can gain at most what the trial past the edge measured.
+        tie = self.config.local_search.edge_tie
+        edges = (
+            (
+                EDGE_CHECK,
+                self._local.edge_move(trials, tried) if self.config.edge_checks else None,
+                f"the SLO edge between trial {best.number} (or a trial within {tie:.0%} of its "
+                "throughput) and a trial past it with more throughput is not bisected",
+            ),
+            (
+                EDGE_PROBE,
+                self._edge_probe(trials, best, tried),
+                f"no trial one number from trial {best.number} marks the SLO edge that a trial "
+                "with more throughput is past",
+            ),
+        )
+        for kind, edge, because in edges:
+            if edge is not None and (bound := edge[1] / best.values[0] - 1) > min_gain:
+                moved = ", ".join(
+                    f"{k}={v}" for k, v in sorted(edge[0].items()) if best.params.get(k) != v
+                )
+                return Outlook(edge[0], bound, f"{because} ({moved} is untried)", kind)
         if self.config.model_share > 0 and not self.estimator.capacity:
             # The estimate corrected by the trials: its expected gain, uncertainty included.
             found = self._model_best(trials, _tried(trials))
@@ -323,6 +338,26 @@ class Guide:
         if measured <= 0:
             return None  # the estimate cannot judge the configuration that is best
         return Outlook(params, expected / measured - 1)
+
+    def _edge_probe(
+        self, trials: list[FrozenTrial], best: FrozenTrial, tried: set[tuple[Any, ...]]
+    ) -> tuple[dict[str, Any], float] | None:
+        """The stop rule's probe of an SLO edge (`LocalSearch.edge_probes`), once a study: of
+        the numbers to move, the first whose move the estimate sees (a memory fraction above
+        what the cap uses changes nothing it predicts, and would re-measure the same run)."""
+        if not self.config.edge_probes or self.estimator is None:
+            return None
+        if any(t.user_attrs.get(record.GUIDED_BY) == EDGE_PROBE for t in trials):
+            return None
+        probes = self._local.edge_probes(trials, tried)
+        if not probes:
+            return None
+        self._refit(trials)
+        here = self.estimator.score(self._flags(best.params))
+        return next(
+            (p for p in probes if not math.isclose(self.estimator.score(self._flags(p[0])), here)),
+            None,
+        )
 
     def alike(self, study: optuna.Study) -> Callable[[FrozenTrial], Hashable] | None:
         """What the refitted estimate sees of a trial: its predicted throughput and SLO metrics

@@ -32,7 +32,12 @@ different SLOs (a running cap too low for the TTFT tail, too high for TPOT), the
 between them comes first (a *window* move): the SLOs can hold only between the two. Once the
 best trial meets the SLOs, a trial one number away from it with more throughput that breaks one
 is bisected against it the same way (an *edge* move): the best value of such a number sits on
-the SLO's edge between the two.
+the SLO's edge between the two. Edge moves start from the best trial and from every trial within
+2% of its throughput (`edge_tie`): under measurement noise the best trial changes between
+configurations that run alike, and a bisection begun from one goes on instead of starting over
+from the other's range ends. Where no trial one number from the best marks an edge, the stop
+rule may *probe* one (`edge_probes`): the best trial with a number in which a trial past the
+edge differs from it set halfway.
 
 A trial over a TTFT SLO of a closed loop that ran fewer requests at once than there are clients
 (its measured capacity) moves first towards more running slots (a larger memory fraction, a
@@ -119,6 +124,11 @@ class LocalSearchConfig:
     # Level of an *edge* move: once the best trial meets the SLOs, the same bisection between it
     # and a trial one number away with more throughput that breaks one (`_edges`). None: off.
     edge_level: float | None = -20.0
+    # Edge moves bisect from the best trial and from every trial within this share of its
+    # throughput (both within the SLOs): under measurement noise the best trial changes between
+    # configurations that run alike, and a bisection begun from the one would otherwise start
+    # again from the other's range end. 0: from the best trial only.
+    edge_tie: float = 0.02
 
 
 @dataclass(frozen=True)
@@ -163,13 +173,15 @@ class LocalSearch:
         best = scored[0][0]
         options = self._from(best, scored, effects, tried)
         # Bisections: while no trial meets the SLOs (windows), and once the best one does (edges).
-        for level, bisect in (
-            (self.config.window_level, _windows),
-            (self.config.edge_level, _edges),
-        ):
-            if level is not None:
-                found = [p for p in bisect(self.space, scored) if key(p) not in tried]
-                options += [(level, 0.0, self.rng.random(), p) for p in found]
+        bisections: list[tuple[float, Params]] = []
+        if self.config.window_level is not None:
+            bisections += [(self.config.window_level, p) for p in _windows(self.space, scored)]
+        if self.config.edge_level is not None:
+            found = _edges(self.space, scored, self.config.edge_tie)
+            bisections += [(self.config.edge_level, p) for p in found]
+        options += [
+            (level, 0.0, self.rng.random(), p) for level, p in bisections if key(p) not in tried
+        ]
         for branch, name in self._branches(best, scored):
             options += self._from(branch, scored, effects, tried, keep=name)
         boundary = (
@@ -307,8 +319,44 @@ class LocalSearch:
         scored = _scored(trials)
         if not scored:
             return None
-        edges = [(p, past) for p, past in _edge_bounds(self.space, scored) if key(p) not in tried]
+        edges = [
+            (p, past)
+            for p, past in _edge_bounds(self.space, scored, self.config.edge_tie)
+            if key(p) not in tried
+        ]
         return max(edges, key=lambda pp: pp[1]) if edges else None
+
+    def edge_probes(
+        self, trials: Sequence[FrozenTrial], tried: set[tuple[Any, ...]]
+    ) -> list[tuple[Params, float]]:
+        """Where no trial one number from the best marks an SLO's edge: for the trial past the
+        edge that measured the most throughput (more than the best), the best trial with each
+        number in which the two differ set halfway to that trial's, the widest gap (on the
+        range's scale) first, each with that throughput; [] when there is none. A probe past
+        the edge becomes an edge move's bound (`edge_move`); one within it, a better best. The
+        stop rule measures one before it stops (tuner/study/stopping.py EDGE_PROBE)."""
+        scored = _scored(trials)
+        if not scored or scored[0][1][0] != 1 or not scored[0][0].values:
+            return []
+        best = scored[0][0]
+        past = [
+            (value, t)
+            for t, s in scored
+            if s[0] == 0
+            and (value := _past_throughput(self.space, t)) is not None
+            and value > best.values[0]
+        ]
+        for value, t in sorted(past, key=lambda vt: vt[0], reverse=True):
+            probes = [
+                probe
+                for name in _by_gap(self.space, best.params, t.params)
+                if (probe := _halfway_in(self.space, best.params, name, float(t.params[name])))
+                is not None
+                and key(probe) not in tried
+            ]
+            if probes:
+                return [(probe, value) for probe in probes]
+        return []
 
     def _blind(self, move: Move, params: Params) -> bool:
         if not self.blind:
@@ -660,28 +708,37 @@ def _windows(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> 
     return out
 
 
-def _edges(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> list[Params]:
+def _edges(
+    space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]], tie: float = 0.0
+) -> list[Params]:
     """A number whose larger values buy throughput until an SLO breaks (a running cap against a
     TPOT limit) has its best value at the SLO's edge, between the best trial and the nearest
     trial past the edge: bisect it, as the window between two broken SLOs is bisected."""
-    return [params for params, _past in _edge_bounds(space, scored)]
+    return [params for params, _past in _edge_bounds(space, scored, tie)]
 
 
 def _edge_bounds(
-    space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]
+    space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]], tie: float = 0.0
 ) -> list[tuple[Params, float]]:
     """The edge moves (`_edges`), each with the throughput the trial past the edge measured:
-    what the move can gain at most."""
+    what the move can gain at most. They start from the best trial and from the trials within
+    `tie` of its throughput (LocalSearchConfig.edge_tie), and lead to a trial past the edge
+    that measured more than the best."""
     best, mine = scored[0]
     if mine[0] != 1 or not best.values:
         return []
+    top = float(best.values[0])
+    bases = [t for t, s in scored if s[0] == 1 and s[1] >= top * (1 - tie)]
     out: list[tuple[Params, float]] = []
-    for t, s in scored[1:]:
-        past = _past_throughput(space, t) if s[0] == 0 else None
-        if past is not None and past > best.values[0]:
-            middle = _halfway(space, best, t)
-            if middle is not None:
-                out.append((middle, past))
+    seen: set[tuple[Any, ...]] = set()
+    for base in bases:
+        for t, s in scored:
+            past = _past_throughput(space, t) if s[0] == 0 else None
+            if past is not None and past > top:
+                middle = _halfway(space, base, t)
+                if middle is not None and key(middle) not in seen:
+                    seen.add(key(middle))
+                    out.append((middle, past))
     return out
 
 
@@ -692,15 +749,34 @@ def _halfway(space: SearchSpace, base: FrozenTrial, other: FrozenTrial) -> Param
             if repr(other.params.get(k)) != repr(base.params.get(k))]  # fmt: skip
     if len(diff) != 1 or space.params[diff[0]].kind not in ("int", "float"):
         return None
-    spec, a, b = space.params[diff[0]], float(base.params[diff[0]]), float(other.params[diff[0]])
-    middle = math.sqrt(a * b) if spec.log and a > 0 and b > 0 else (a + b) / 2
+    return _halfway_in(space, base.params, diff[0], float(other.params[diff[0]]))
+
+
+def _halfway_in(
+    space: SearchSpace, params: Mapping[str, Any], name: str, other: float
+) -> Params | None:
+    """`params` with the number `name` set halfway to `other` (geometric on a log range); None
+    when no value of its range lies between the two."""
+    spec, a = space.params[name], float(params[name])
+    middle = math.sqrt(a * other) if spec.log and a > 0 and other > 0 else (a + other) / 2
     value = snap(spec, middle)
-    if _equal(float(value), a) or _equal(float(value), b):
+    if _equal(float(value), a) or _equal(float(value), other):
         return None
     # Params the new value switches on (adaptive speculation at 3 draft steps, not at 2 or 4)
     # take a value here: left out, the sampler would draw one, and the proposal would never
     # match the trial it becomes, so it would be proposed again and again.
-    return complete(space, {**base.params, diff[0]: value}, base.params)
+    return complete(space, {**params, name: value}, params)
+
+
+def _by_gap(space: SearchSpace, a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """The numbers both configurations set and set apart, the widest gap on the range's scale
+    (log on a log range) first."""
+    gaps = [
+        (abs(_unit(spec, float(a[name])) - _unit(spec, float(b[name]))), name)
+        for name, spec in space.params.items()
+        if spec.kind in ("int", "float") and name in a and name in b
+    ]
+    return [name for gap, name in sorted(gaps, reverse=True) if gap > 0]
 
 
 def _child(space: SearchSpace, name: str, parent: str) -> bool:

@@ -26,21 +26,24 @@
    speculation) is untried, and no SLO edge next to the best trial is left unbisected where
    the trial past it measured more than `min_gain` over the best (a running cap between a
    feasible 34 and a 64 past the TPOT limit: the estimate cannot say where between them the
-   limit falls): those are measured first, as the estimate's expected gains are.
+   limit falls), and, once a study, where no trial one number from the best marks such an edge,
+   the best trial's number that differs most from a trial past the edge is probed halfway
+   (`EDGE_PROBE`: the best at 35 running with memory 0.93, the trial past the edge at 64 with
+   0.91): those are measured first, as the estimate's expected gains are.
    The gain is the estimate's score of its best untried configuration over its score of the
    best measured configuration: the same model on both sides, so its bias cancels and what is
    left is the difference it predicts. When it predicts more, the study measures that configuration
    instead of stopping (the caller queues `Outlook.params`); after `max_checks` such
    measurements in the window that moved nothing, the estimate is not believed any more.
-   A blind move's or an edge's measurement (`BLIND_CHECK`, `EDGE_CHECK`) does not count
-   toward `max_checks`: it tested no prediction, and each is measured once (a bisection
-   halves the edge's gap each time). In the tpot-8b space the median stopped seed (shipped
-   world) had kept 0.935 of the full study's best, stopping before the search bisected the
-   edge. Counted, two blind moves from the best trial (HiCache off, the other write policy)
-   used up both checks in a 10 s seed of the quality benchmark's slow-constants world, the
-   estimate was never asked, and the study stopped at 0.948 of its full study's best: asked,
-   it expected +4.4% from the memory fraction's top with 4 draft steps and HiCache, and
-   measured it.
+   A blind move's, an edge's or a probe's measurement (`BLIND_CHECK`, `EDGE_CHECK`,
+   `EDGE_PROBE`) does not count toward `max_checks`: it tested no prediction, and each is
+   measured once (a bisection halves the edge's gap each time). In the tpot-8b space the
+   median stopped seed (shipped world) had kept 0.935 of the full study's best, stopping
+   before the search bisected the edge. Counted, two blind moves from the best trial
+   (HiCache off, the other write policy) used up both checks in a 10 s seed of the quality
+   benchmark's slow-constants world, the estimate was never asked, and the study stopped at
+   0.948 of its full study's best: asked, it expected +4.4% from the memory fraction's top
+   with 4 draft steps and HiCache, and measured it.
 
 A study in which no launched trial met the SLOs has no front to judge by. It stops once it has
 launched `min_trials + patience` configurations, every one that served the whole benchmark
@@ -101,8 +104,12 @@ _WHAT = {"front": "the front", "throughput": "the best throughput", "latency": "
 STOP_CHECK = "stop-check"  # the estimate expected a gain from it
 BLIND_CHECK = "blind-check"  # a move from the best trial the estimate cannot rank
 EDGE_CHECK = "edge-check"  # halfway between the best trial and one past an SLO's edge
+# halfway in one number from the best trial towards a trial past an SLO's edge that differs
+# from it in more than that number (one a study: tuner/study/local_search.py `edge_probe`)
+EDGE_PROBE = "edge-probe"
 # The checks that count toward `StopRule.max_checks`: the estimate's expected gains. Blind
-# moves and edge bisections test no prediction of the estimate's, and each is measured once.
+# moves, edge bisections and edge probes test no prediction of the estimate's, and each is
+# measured once.
 COUNTED_CHECKS = frozenset({STOP_CHECK})
 # --min-gain's default: a move of the front worth the rest of the budget (relative). 2%, the
 # benchmark's throughput noise: at 1% the six 10 s cells' stopped studies spent 49-60% of the
