@@ -12,6 +12,10 @@ is printed, and any configuration where they do change something is listed apart
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+
+if __name__ == "__main__":  # run as a file: the benchmarks package lives one folder up
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from benchmarks.oracle_measurer import OracleCache, default_store
 from benchmarks.quality.truth import Oracle
