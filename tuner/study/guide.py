@@ -91,8 +91,8 @@ class GuideConfig:
     # best (tuner/study/stopping.py EDGE_CHECK). False: the stop rule does not wait for edges.
     edge_checks: bool = True
     # Where no trial one number from the best marks an edge, one probe a study towards the trial
-    # past an edge with the most throughput, in the number that differs most
-    # (tuner/study/stopping.py EDGE_PROBE). False: none.
+    # past an edge with the most throughput: of the numbers the two set apart, the widest gap
+    # first whose move the estimate sees (tuner/study/stopping.py EDGE_PROBE). False: none.
     edge_probes: bool = True
 
 
@@ -288,13 +288,13 @@ class Guide:
         if not feasible:
             return None
         best = max(feasible, key=lambda t: t.values[0])
-        unseen = self._local.blind_move(best, _tried(trials))
+        tried = _tried(trials)
+        unseen = self._local.blind_move(best, tried)
         if unseen is not None:
             why = (
                 f"a move from trial {best.number} the estimate cannot rank ({unseen[0]}) is untried"
             )
             return Outlook(unseen[1], math.inf, why, BLIND_CHECK)
-        tried = _tried(trials)
         # The estimate cannot place an SLO's edge between two measured trials; a move towards
         # it can gain at most what the trial past the edge measured.
         tie = self.config.local_search.edge_tie
@@ -320,7 +320,7 @@ class Guide:
                 return Outlook(edge[0], bound, f"{because} ({moved} is untried)", kind)
         if self.config.model_share > 0 and not self.estimator.capacity:
             # The estimate corrected by the trials: its expected gain, uncertainty included.
-            found = self._model_best(trials, _tried(trials))
+            found = self._model_best(trials, tried)
             if found is not None:
                 return Outlook(
                     found[0],
@@ -329,7 +329,7 @@ class Guide:
                     "(uncertainty included) from an untried configuration",
                 )
         self._refit(trials)
-        params = self._best_candidate(_tried(trials))
+        params = self._best_candidate(tried)
         if params is None:
             return None
         # The best trial's own flags: sglang's defaults pass no tuned flag at all.

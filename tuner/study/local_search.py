@@ -339,14 +339,8 @@ class LocalSearch:
         if not scored or scored[0][1][0] != 1 or not scored[0][0].values:
             return []
         best = scored[0][0]
-        past = [
-            (value, t)
-            for t, s in scored
-            if s[0] == 0
-            and (value := _past_throughput(self.space, t)) is not None
-            and value > best.values[0]
-        ]
-        for value, t in sorted(past, key=lambda vt: vt[0], reverse=True):
+        past = _beyond(self.space, scored, float(best.values[0]))
+        for t, value in sorted(past, key=lambda tv: tv[1], reverse=True):
             probes = [
                 probe
                 for name in _by_gap(self.space, best.params, t.params)
@@ -669,16 +663,24 @@ def _past_throughput(space: SearchSpace, t: FrozenTrial) -> float | None:
     return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
+def _beyond(
+    space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]], top: float
+) -> list[tuple[FrozenTrial, float]]:
+    """(trial, the throughput it measured) of the trials over an SLO that measured more than
+    `top`, best standing first."""
+    return [
+        (t, past)
+        for t, s in scored
+        if s[0] == 0 and (past := _past_throughput(space, t)) is not None and past > top
+    ]
+
+
 def _boundary(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> FrozenTrial | None:
     feasible = [t.values[0] for t, s in scored if s[0] == 1]
     if not feasible:
         return None
-    beyond = [
-        (s, t)
-        for t, s in scored
-        if s[0] == 0 and (past := _past_throughput(space, t)) is not None and past > max(feasible)
-    ]
-    return max(beyond, key=lambda st: st[0])[1] if beyond else None
+    beyond = _beyond(space, scored, max(feasible))
+    return beyond[0][0] if beyond else None
 
 
 def _slo_constraints(t: FrozenTrial) -> dict[str, float]:
@@ -731,14 +733,13 @@ def _edge_bounds(
     bases = [t for t, s in scored if s[0] == 1 and s[1] >= top * (1 - tie)]
     out: list[tuple[Params, float]] = []
     seen: set[tuple[Any, ...]] = set()
+    beyond = _beyond(space, scored, top)
     for base in bases:
-        for t, s in scored:
-            past = _past_throughput(space, t) if s[0] == 0 else None
-            if past is not None and past > top:
-                middle = _halfway(space, base, t)
-                if middle is not None and key(middle) not in seen:
-                    seen.add(key(middle))
-                    out.append((middle, past))
+        for t, past in beyond:
+            middle = _halfway(space, base, t)
+            if middle is not None and key(middle) not in seen:
+                seen.add(key(middle))
+                out.append((middle, past))
     return out
 
 
