@@ -2,19 +2,25 @@
 
 Served: `tuner bench` (tuner.bench.run_bench) against `python -m tuner.sim` at the seed space's
 time scale (50), measured with the simulator's modelled timestamps. Oracle: tuner.sim.oracle.predict
-with the same workload and bench settings. Both run the same scheduler rounds, so they agree up to
-the order in which requests due at the same modelled moment reach the server. No figure here
-depends on the wall clock.
+with the same workload and bench settings. Both run the same scheduler rounds and queue the
+requests of one modelled moment in the same order, whatever order they reach the server in. No
+figure here depends on the wall clock.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 import httpx
 import pytest
 from support.harness import SimProcess
 
 from tuner.bench import BenchConfig, WorkloadSpec, run_bench, summarize
-from tuner.sim.oracle import OracleWorkload, predict
+from tuner.sim.clock import VirtualClock
+from tuner.sim.oracle import OracleResult, OracleWorkload, plan, predict
+from tuner.sim.perf import build_perf_model
+from tuner.sim.request import SimRequest
+from tuner.sim.scheduler import Scheduler
 
 SEED_HW = ["--sim-hardware", "rtx-pro-6000-blackwell", "--sim-model", "qwen3.6-27b"]
 # The seed workload's shape (a long shared system prompt, turns resending the history), smaller.
@@ -139,3 +145,82 @@ def test_oracle_is_deterministic_and_gives_the_bench_summary():
     duration = max(r.end_s for r in first.records)
     assert first.summary == summarize(first.records, duration, slos)  # type: ignore[arg-type]
     assert 0 < first.summary["request_goodput"] < first.summary["request_throughput"]
+
+
+# ------------------------------------------------------------ same-moment arrivals
+def _scheduler() -> Scheduler:
+    planned = plan([*SEED_HW, "--max-total-tokens", "12000"])
+    assert not isinstance(planned, OracleResult), planned
+    config, memory = planned
+    return Scheduler(config, memory, build_perf_model(config, memory), VirtualClock(), 0)
+
+
+def _request(rid: str, seed: int) -> SimRequest:
+    return SimRequest(
+        rid=rid, prompt=[1, 2, 3], max_new_tokens=4, target_len=4, arrival=0.0, seed=seed
+    )
+
+
+def test_requests_of_one_moment_queue_in_finish_order_whatever_order_they_came_in():
+    sched = _scheduler()
+    for key in ("a", "b", "c"):  # three finishes at modelled second 5, in this order
+        sched.holds.hold(key, 1, 5.0)
+    # c's conversation goes on; a and b ended, so the client drew new requests 7 and 8 for
+    # their slots, but its connections delivered them the other way round, after c's turn.
+    came = [_request("next-of-c", 1), _request("new-8", 2), _request("new-7", 3)]
+    sched.submit(came[0], after="c", at=5.0)
+    sched.submit(came[1], after="a", at=5.0, order=8)
+    sched.submit(came[2], after="b", at=5.0, order=7)
+    sched.order_arrivals()
+    assert [r.rid for r in sched.waiting] == ["new-7", "new-8", "next-of-c"]
+    assert [r.seed for r in sched.waiting] == [1, 2, 3]  # seeds follow the order
+    assert all(r.arrival == 5.0 and r.claim is None for r in sched.waiting)
+    # once in order, a later call moves nothing
+    sched.waiting.rotate(1)
+    sched.order_arrivals()
+    assert [r.rid for r in sched.waiting] == ["next-of-c", "new-7", "new-8"]
+
+
+def test_requests_of_different_moments_are_not_reordered():
+    sched = _scheduler()
+    sched.holds.hold("a", 1, 5.0)
+    sched.holds.hold("b", 1, 6.0)
+    sched.submit(_request("late", 1), after="b", at=6.0, order=2)
+    sched.submit(_request("early", 2), after="a", at=5.0, order=1)
+    sched.order_arrivals()
+    assert [r.rid for r in sched.waiting] == ["late", "early"]
+
+
+def test_served_start_claims_queue_by_draw_order_not_by_delivery():
+    """Two first requests claim the start hold; the one drawn second reaches the server first.
+    A KV pool that holds one of them at a time prefills the one drawn first first anyway."""
+    argv = [*SEED_HW, "--max-total-tokens", "3000", "--sim-time-scale", "50"]
+    prompt = list(range(100, 2600))
+
+    async def run(url: str) -> dict[int, float]:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            key = "order-test-start"
+            await client.post("/sim/hold", json={"key": key, "count": 2})
+
+            async def send(order: int) -> float:
+                body = {
+                    "input_ids": prompt[order:],
+                    "sampling_params": {"max_new_tokens": 8, "ignore_eos": True},
+                    "rid": f"order-test-{order}",
+                    "sim": {"after": key, "hold": False, "order": order},
+                }
+                r = await client.post("/generate", json=body)
+                r.raise_for_status()
+                meta = r.json()["meta_info"]
+                return float(meta["sim_time"])
+
+            second = asyncio.create_task(send(1))
+            await asyncio.sleep(0.5)  # modelled time waits at the hold meanwhile
+            first = asyncio.create_task(send(0))
+            return {0: await first, 1: await second}
+
+    with SimProcess.start(argv) as sim:
+        finished = asyncio.run(run(sim.url))
+        info = httpx.get(sim.url + "/server_info").json()
+    assert info["sim_late_requests"] == 0
+    assert finished[0] < finished[1], finished

@@ -130,6 +130,10 @@ class ModelledDispatch:
                 "after": key if claimed < claims else None,
                 "at": at if t is not None else None,
                 "hold": True,
+                # a turn that continues a conversation takes its own finish's place in the
+                # simulator's queue; the others go by the order drawn here
+                # (Scheduler.order_arrivals), however the connections deliver them
+                "order": index if turn == 0 else None,
             }
             claimed += 1
             self._in_flight.spawn(self._send(index, conv, turn, sim))

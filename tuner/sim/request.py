@@ -42,6 +42,9 @@ class SimRequest:
     marks: list[tuple[int, float]] = field(default_factory=list)
     hold: bool = False  # at its finish, hold modelled time for the client's next request
     late_s: float = 0.0  # modelled seconds it came after the time its client meant to send it
+    # not yet put in order among the requests that came at its held moment: the claimed hold's
+    # seq, and the client's draw order for a request that did not continue a conversation
+    claim: tuple[int, int | None] | None = None
     accept_z: float = 0.0  # how easy its text is to draft (effects.AcceptanceShape spread)
     accept_pmfs: dict[int | None, Any] = field(default_factory=dict)  # by draft steps
     event: asyncio.Event = field(default_factory=asyncio.Event)

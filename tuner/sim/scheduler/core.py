@@ -176,11 +176,22 @@ class Scheduler:
         if self.perf.speculative and self.perf.accept_spread > 0:
             req.accept_z = text_draw(req.prompt, req.keys, self._text_seed)
 
-    def submit(self, req: SimRequest, after: str | None = None, at: float | None = None) -> None:
+    def submit(
+        self,
+        req: SimRequest,
+        after: str | None = None,
+        at: float | None = None,
+        order: int | None = None,
+    ) -> None:
         """Queue a request. ``after``: the hold it claims (its arrival is the hold's time);
         ``at``: the modelled time the client meant to send it (a later one waits in the queue
-        until then, an earlier one it missed is counted as late)."""
-        claimed = self.holds.claim(after) if after is not None else None
+        until then, an earlier one it missed is counted as late); ``order``: where the client
+        drew it from its queue, for a request that does not continue a conversation
+        (``order_arrivals``)."""
+        hold = self.holds.claim(after) if after is not None else None
+        claimed = hold.t if hold is not None else None
+        if hold is not None:
+            req.claim = (hold.seq, order)
         base = claimed if claimed is not None else req.arrival
         if at is not None:
             if at >= base:
@@ -191,6 +202,36 @@ class Scheduler:
         req.arrival = base
         self.waiting.append(req)
         self.on_change()
+
+    def order_arrivals(self) -> None:
+        """Queue the requests that claimed holds of one moment as the headless oracle submits
+        them, whatever order the client's connections delivered them in: in the order of the
+        finishes whose holds they claim, a conversation's next turn at its own finish's place
+        and the other requests at the remaining places in the order the client drew them. Their
+        seeds (the text they will generate) follow that order too. Call it when no hold is
+        due, before a round."""
+        groups: dict[float, list[tuple[int, SimRequest]]] = {}
+        claims: dict[int, tuple[int, int | None]] = {}
+        for i, req in enumerate(self.waiting):
+            if req.claim is not None:
+                groups.setdefault(req.arrival, []).append((i, req))
+                claims[id(req)], req.claim = req.claim, None
+        for group in groups.values():
+            if len(group) < 2:
+                continue
+            members = [req for _, req in group]
+            by_finish = sorted(members, key=lambda r: (claims[id(r)][0], claims[id(r)][1] or 0))
+            drawn = sorted(
+                (claims[id(r)][1] or 0, n)
+                for n, r in enumerate(members)
+                if claims[id(r)][1] is not None
+            )
+            fresh = iter(members[n] for _, n in drawn)
+            ordered = [r if claims[id(r)][1] is None else next(fresh) for r in by_finish]
+            seeds = sorted(r.seed for r in members)
+            for (i, _), req, seed in zip(group, ordered, seeds, strict=True):
+                self.waiting[i] = req
+                req.seed = seed
 
     def abort(self, req: SimRequest, reason: str = "client disconnected") -> None:
         if req.finished:

@@ -9,8 +9,12 @@ client's host runs. A hold lapses after ``timeout_s`` wall seconds (a client tha
     >>> holds = Holds(VirtualClock(), timeout_s=5.0)
     >>> holds.hold("r1", t=2.5)
     2.5
-    >>> holds.claim("r1"), holds.claim("r1")
+    >>> holds.claim("r1").t, holds.claim("r1")
     (2.5, None)
+
+Requests that claim holds of the same moment reach the server in whatever order the client's
+connections deliver them; each hold's ``seq`` (the order the finishes were made in) lets the
+scheduler queue them in one order however the client's host ran (``Scheduler.order_arrivals``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class Hold:
     t: float
     count: int
     deadline: float  # time.monotonic() at which it lapses
+    seq: int = 0  # the order the holds were made in (the scheduler's order of finishes)
 
 
 class Holds:
@@ -54,13 +59,15 @@ class Holds:
         # finishing afterwards (its client had cut it off, and the simulator had not noticed
         # yet) must not hold time for a client that is gone, or the next run waits timeout_s.
         self.ended: deque[str] = deque(maxlen=64)
+        self._made = 0
 
     def hold(self, key: str, count: int = 1, t: float | None = None) -> float:
         """Keep modelled time at ``t`` (now) until ``count`` requests claim ``key``."""
         t = self.clock.now() if t is None else t
         if any(key.startswith(prefix) for prefix in self.ended):
             return t
-        self.open[key] = Hold(t, max(1, count), time.monotonic() + self.timeout_s)
+        self._made += 1
+        self.open[key] = Hold(t, max(1, count), time.monotonic() + self.timeout_s, self._made)
         if self.clock.cap is None or self.clock.cap > t:
             self.clock.cap = t  # idle: modelled time stops here until the hold is resolved
         return t
@@ -69,8 +76,9 @@ class Holds:
         """The earliest held moment, if any."""
         return min((h.t for h in self.open.values()), default=None)
 
-    def claim(self, key: str) -> float | None:
-        """A request names ``key`` in ``after``: the held time it arrives at (None: no hold)."""
+    def claim(self, key: str) -> Hold | None:
+        """A request names ``key`` in ``after``: the hold whose time it arrives at (None: no
+        such hold)."""
         hold = self.open.get(key)
         if hold is None:
             return None
@@ -78,7 +86,7 @@ class Holds:
         if hold.count <= 0:
             del self.open[key]
             self.on_change()
-        return hold.t
+        return hold
 
     def release(self, keys: list[str] | None = None, prefix: str | None = None) -> int:
         """Drop the holds named in ``keys`` or starting with ``prefix``; how many went. Holds

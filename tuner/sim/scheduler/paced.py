@@ -41,6 +41,7 @@ class PacedDriver:
         s.t = self.clock.now()
         while True:
             await self._wait_holds()
+            s.order_arrivals()
             round_ = s.start_round()
             if isinstance(round_, PrefillRound):
                 await self._pace_until(round_.t_end)

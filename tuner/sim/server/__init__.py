@@ -14,7 +14,9 @@ One module per endpoint family, all sharing one ``state.ServerState``:
 - ``app``: ``SimServer``, the process: start-up, the app wiring, ``--api-key``, shutdown.
 
 A request body may carry a ``sim`` object: ``{"after": hold key, "at": modelled seconds,
-"hold": bool}``. Every streamed chunk carries the modelled time its tokens were produced:
+"hold": bool, "order": int}`` (``order``: where the client drew a request that does not continue
+a conversation from its queue; ``Scheduler.order_arrivals``). Every streamed chunk carries
+the modelled time its tokens were produced:
 ``sim_time`` / ``sim_arrival`` (and ``sim_late`` when the request came after its ``at``) in
 meta_info on /generate, a ``sim`` object on the OpenAI routes; ``/server_info`` says
 ``sim_modelled_time: true`` so that a client knows to read them.

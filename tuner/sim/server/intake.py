@@ -3,7 +3,7 @@
 What the native and the OpenAI routes share. ``make_request`` checks the prompt against the
 context (sglang's messages) and draws a natural answer length when EOS is not ignored;
 ``accept`` applies the fault hooks; ``submit`` queues it with the simulator-only ``sim`` options
-of its body (``{"after": hold key, "at": modelled seconds, "hold": bool}``, see
+of its body (``{"after": hold key, "at": modelled seconds, "hold": bool, "order": int}``, see
 ``scheduler.holds``); ``progress`` yields the chunks the scheduler released, each with the
 modelled time its tokens were produced.
 """
@@ -19,22 +19,26 @@ from tuner.sim.faults import Faults
 from tuner.sim.request import SimRequest
 from tuner.sim.server.state import BadRequest, JSONDict, ServerState
 
-SimOptions = tuple[str | None, float | None, bool]  # (after, at, hold)
+SimOptions = tuple[str | None, float | None, bool, int | None]  # (after, at, hold, order)
 
 
 def sim_options(body: JSONDict) -> SimOptions:
-    """The simulator-only ``sim`` object of a request body: (after, at, hold)."""
+    """The simulator-only ``sim`` object of a request body: (after, at, hold, order)."""
     sim = body.get("sim")
     if not isinstance(sim, dict):
-        return None, None, False
+        return None, None, False, None
     after = sim.get("after")
     at = sim.get("at")
     if at is not None and not isinstance(at, int | float):
         raise BadRequest("sim.at must be a number of modelled seconds")
+    order = sim.get("order")
+    if order is not None and (not isinstance(order, int) or isinstance(order, bool)):
+        raise BadRequest("sim.order must be an integer")
     return (
         str(after) if after is not None else None,
         float(at) if at is not None else None,
         bool(sim.get("hold", False)),
+        order,
     )
 
 
@@ -97,9 +101,9 @@ class RequestIntake:
         return True
 
     def submit(self, req: SimRequest, sim: SimOptions) -> None:
-        after, at, hold = sim
+        after, at, hold, order = sim
         req.hold = hold
-        self.state.loaded_scheduler.submit(req, after, at)
+        self.state.loaded_scheduler.submit(req, after, at, order)
 
     def abort(self, req: SimRequest) -> None:
         """The client went away: drop the request at the scheduler's next step boundary."""
