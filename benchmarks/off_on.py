@@ -34,6 +34,9 @@ TOGGLE names the change (`TOGGLES`):
   the stop rule measures the best trial with the number in which a trial past the edge (with
   more throughput) differs most set halfway to it, once a study (tuner/study/guide.py
   `edge_probes`; off: no probe).
+- `probe-polish`: the polish makes the edge probe as soon as the best trial has an SLO edge no
+  trial one number from it marks, at the edge moves' level (tuner/study/local_search.py
+  `probe_level`; off: None, only the stop rule probes, before it stops).
 - `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
   measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
@@ -78,7 +81,7 @@ def _slo_cut(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
 
 
 def _local_search(
-    field: str, value: float, off: float = 0.0
+    field: str, value: float, off: float | None = 0.0
 ) -> Callable[[Any, bool], tuple[Any, Any]]:
     """A toggle of one LocalSearchConfig field: `value` when on, `off` when off, the rest
     default."""
@@ -142,6 +145,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "edge-checks": _guide("edge_checks"),
     "edge-tie": _local_search("edge_tie", 0.02),
     "edge-probe": _guide("edge_probes"),
+    "probe-polish": _local_search("probe_level", -20.0, None),
 }
 
 

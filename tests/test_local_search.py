@@ -402,6 +402,33 @@ def test_a_probe_moves_the_best_trial_towards_a_trial_past_the_edge_one_number_a
     assert search.edge_move(*tried()) == ({**START, "max_running_requests": 6}, 900.0)
 
 
+def test_the_polish_probes_an_edge_no_trial_one_number_away_marks_with_probe_level():
+    """The same probe as the stop rule's, made by the polish as soon as it can (`probe_level`),
+    of the first number whose move the ranking estimate sees; once a trial one number away
+    marks the edge, its bisection goes on instead. Off (None), the polish moves elsewhere."""
+    space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    _measured(study, START, 400.0, {"p99_tpot_ms": -0.2})
+    past = {**START, "max_running_requests": 16, "mem_fraction_static": 0.8}
+    _measured(study, past, 1500.0, {"p99_tpot_ms": 0.3})
+    trials = study.get_trials(deepcopy=False)
+    tried = {key(t.params) for t in trials}
+    probe = {**START, "max_running_requests": 8}
+    config = LocalSearchConfig(probe_level=-20.0)
+    assert LocalSearch(space, config, seed=0).propose(trials, tried) == probe
+    assert LocalSearch(space, seed=0).propose(trials, tried) != probe
+    # An estimate that reads the memory fraction only: the cap's probe changes nothing it
+    # predicts, so the memory fraction's is made.
+    ranked = LocalSearch(space, config, seed=0)
+    ranked.rank = lambda params: float(params["mem_fraction_static"])
+    assert ranked.propose(trials, tried) == {**START, "mem_fraction_static": 0.84}
+    _measured(study, probe, 900.0, {"p99_tpot_ms": 0.1})
+    trials = study.get_trials(deepcopy=False)
+    tried = {key(t.params) for t in trials}
+    edge = {**START, "max_running_requests": 6}  # the bisection between 4 and 8
+    assert LocalSearch(space, config, seed=0).propose(trials, tried) == edge
+
+
 def test_a_trial_the_slo_cut_stopped_marks_the_edge_with_its_stage_figures():
     """A cap far past the TPOT limit may be stopped after its first stage (the SLO cut,
     tuner/trial/pruning.py): its stage throughput still marks the edge to bisect."""

@@ -307,7 +307,7 @@ class Guide:
             ),
             (
                 EDGE_PROBE,
-                self._edge_probe(trials, best, tried),
+                self._edge_probe(trials, tried),
                 f"no trial one number from trial {best.number} marks the SLO edge that a trial "
                 "with more throughput is past",
             ),
@@ -340,7 +340,7 @@ class Guide:
         return Outlook(params, expected / measured - 1)
 
     def _edge_probe(
-        self, trials: list[FrozenTrial], best: FrozenTrial, tried: set[tuple[Any, ...]]
+        self, trials: list[FrozenTrial], tried: set[tuple[Any, ...]]
     ) -> tuple[dict[str, Any], float] | None:
         """The stop rule's probe of an SLO edge (`LocalSearch.edge_probes`), once a study: of
         the numbers to move, the first whose move the estimate sees (a memory fraction above
@@ -349,14 +349,10 @@ class Guide:
             return None
         if any(t.user_attrs.get(record.GUIDED_BY) == EDGE_PROBE for t in trials):
             return None
-        probes = self._local.edge_probes(trials, tried)
-        if not probes:
-            return None
         self._refit(trials)
-        here = self.estimator.score(self._flags(best.params))
-        return next(
-            (p for p in probes if not math.isclose(self.estimator.score(self._flags(p[0])), here)),
-            None,
+        estimator = self.estimator
+        return self._local.seen_probe(
+            trials, tried, lambda params: estimator.score(self._flags(params))
         )
 
     def alike(self, study: optuna.Study) -> Callable[[FrozenTrial], Hashable] | None:

@@ -129,6 +129,13 @@ class LocalSearchConfig:
     # configurations that run alike, and a bisection begun from the one would otherwise start
     # again from the other's range end. 0: from the best trial only.
     edge_tie: float = 0.02
+    # Level of an edge *probe*: while the best trial meets the SLOs but no trial one number
+    # from it (or from a trial within `edge_tie` of it) marks an SLO edge that a trial with
+    # more throughput is past, the best trial with one number set halfway to that trial's
+    # (`LocalSearch.edge_probes`; the widest gap first of the numbers whose move the ranking
+    # estimate sees). The stop rule makes the same probe before it stops
+    # (tuner/study/guide.py `edge_probes`); this makes it as soon as the polish can. None: off.
+    probe_level: float | None = None
 
 
 @dataclass(frozen=True)
@@ -179,6 +186,10 @@ class LocalSearch:
         if self.config.edge_level is not None:
             found = _edges(self.space, scored, self.config.edge_tie)
             bisections += [(self.config.edge_level, p) for p in found]
+            if not found and self.config.probe_level is not None:
+                probe = self._seen_probe(scored, tried, self.rank)
+                if probe is not None:
+                    bisections.append((self.config.probe_level, probe[0]))
         options += [
             (level, 0.0, self.rng.random(), p) for level, p in bisections if key(p) not in tried
         ]
@@ -326,6 +337,30 @@ class LocalSearch:
         ]
         return max(edges, key=lambda pp: pp[1]) if edges else None
 
+    def seen_probe(
+        self,
+        trials: Sequence[FrozenTrial],
+        tried: set[tuple[Any, ...]],
+        rank: Callable[[Params], float] | None,
+    ) -> tuple[Params, float] | None:
+        """The first edge probe (`edge_probes`) whose move `rank`, an estimate, sees (the first,
+        without one), with the throughput of the trial past the edge: a memory fraction above
+        what the running cap uses changes nothing the estimate predicts, and its probe would
+        re-measure the best trial's run."""
+        return self._seen_probe(_scored(trials), tried, rank)
+
+    def _seen_probe(
+        self,
+        scored: list[tuple[FrozenTrial, Standing]],
+        tried: set[tuple[Any, ...]],
+        rank: Callable[[Params], float] | None,
+    ) -> tuple[Params, float] | None:
+        probes = self._probes(scored, tried)
+        if not probes or rank is None:
+            return probes[0] if probes else None
+        here = rank(dict(scored[0][0].params))
+        return next((pv for pv in probes if not math.isclose(rank(pv[0]), here)), None)
+
     def edge_probes(
         self, trials: Sequence[FrozenTrial], tried: set[tuple[Any, ...]]
     ) -> list[tuple[Params, float]]:
@@ -335,7 +370,11 @@ class LocalSearch:
         range's scale) first, each with that throughput; [] when there is none. A probe past
         the edge becomes an edge move's bound (`edge_move`); one within it, a better best. The
         stop rule measures one before it stops (tuner/study/stopping.py EDGE_PROBE)."""
-        scored = _scored(trials)
+        return self._probes(_scored(trials), tried)
+
+    def _probes(
+        self, scored: list[tuple[FrozenTrial, Standing]], tried: set[tuple[Any, ...]]
+    ) -> list[tuple[Params, float]]:
         if not scored or scored[0][1][0] != 1 or not scored[0][0].values:
             return []
         best = scored[0][0]
