@@ -37,6 +37,9 @@ TOGGLE names the change (`TOGGLES`):
 - `probe-polish`: the polish makes the edge probe as soon as the best trial has an SLO edge no
   trial one number from it marks, at the edge moves' level (tuner/study/local_search.py
   `probe_level`; off: None, only the stop rule probes, before it stops).
+- `edge-margin`: with the polish's probe on in both arms, edge moves and probes start from the
+  best trial within the SLOs by more than 2% of a limit, and take a trial within them by less
+  as one past the edge (tuner/study/local_search.py `edge_margin`; off: 0).
 - `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
   measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
@@ -96,6 +99,14 @@ def _local_search(
     return toggle
 
 
+def _edge_margin(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+    """`edge_margin` 0.02 against 0, with the polish's probe (`probe_level`) on in both."""
+    from tuner.study.local_search import LocalSearchConfig
+
+    config = LocalSearchConfig(probe_level=-20.0, edge_margin=0.02 if on else 0.0)
+    return replace(method, guide=(("local_search", config),)), nullcontext()
+
+
 def _guide(field: str) -> Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]:
     """A toggle of one GuideConfig bool field."""
 
@@ -146,6 +157,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "edge-tie": _local_search("edge_tie", 0.02),
     "edge-probe": _guide("edge_probes"),
     "probe-polish": _local_search("probe_level", -20.0, None),
+    "edge-margin": _edge_margin,
 }
 
 

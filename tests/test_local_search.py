@@ -429,6 +429,36 @@ def test_the_polish_probes_an_edge_no_trial_one_number_away_marks_with_probe_lev
     assert LocalSearch(space, config, seed=0).propose(trials, tried) == edge
 
 
+def test_a_best_trial_within_the_margin_of_a_limit_is_taken_as_past_the_edge():
+    """tpot-8b shipped seed 0 with the polish's probe: 39 running measured a p99 TPOT just
+    under its limit (it is past it, measured without noise), became the best, and every edge
+    move went above it, so 37-38 running (within it) was never measured. With `edge_margin`,
+    a trial within a limit by less than the margin is a bound past the edge: the bisection
+    goes between the best trial within it by more and that one."""
+    space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for running, throughput, tpot in ((4, 400.0, -0.2), (8, 800.0, -0.01), (16, 1500.0, 0.3)):
+        _measured(
+            study, {**START, "max_running_requests": running}, throughput, {"p99_tpot_ms": tpot}
+        )
+    trials = study.get_trials(deepcopy=False)
+    tried = {key(t.params) for t in trials}
+    above = ({**START, "max_running_requests": 11}, 1500.0)  # sqrt(8 x 16)
+    assert LocalSearch(space, seed=0).edge_move(trials, tried) == above
+    sure = LocalSearch(space, LocalSearchConfig(edge_margin=0.02), seed=0)
+    # between 4 and 8 (halfway to 16 is 8, measured): it can gain what 8 measured
+    assert sure.edge_move(trials, tried) == ({**START, "max_running_requests": 6}, 800.0)
+    assert sure.propose(trials, tried) == {**START, "max_running_requests": 6}
+    # Every trial within the SLOs inside the margin: nothing surer to start from, as before.
+    alone = optuna.create_study(directions=["maximize", "minimize"])
+    for running, throughput, tpot in ((8, 800.0, -0.01), (16, 1500.0, 0.3)):
+        _measured(
+            alone, {**START, "max_running_requests": running}, throughput, {"p99_tpot_ms": tpot}
+        )
+    trials = alone.get_trials(deepcopy=False)
+    assert sure.edge_move(trials, {key(t.params) for t in trials}) == above
+
+
 def test_a_trial_the_slo_cut_stopped_marks_the_edge_with_its_stage_figures():
     """A cap far past the TPOT limit may be stopped after its first stage (the SLO cut,
     tuner/trial/pruning.py): its stage throughput still marks the edge to bisect."""

@@ -136,6 +136,10 @@ class LocalSearchConfig:
     # estimate sees). The stop rule makes the same probe before it stops
     # (tuner/study/guide.py `edge_probes`); this makes it as soon as the polish can. None: off.
     probe_level: float | None = None
+    # A trial within the SLOs by less than this share of a limit may be past it, measured again
+    # (a p99 TPOT of 10.9 ms against 11 under 2% noise): edge moves and probes start from the
+    # best trial within the SLOs by more, and take such a trial as one past the edge. 0: off.
+    edge_margin: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -184,7 +188,7 @@ class LocalSearch:
         if self.config.window_level is not None:
             bisections += [(self.config.window_level, p) for p in _windows(self.space, scored)]
         if self.config.edge_level is not None:
-            found = _edges(self.space, scored, self.config.edge_tie)
+            found = _edges(self.space, scored, self.config.edge_tie, self.config.edge_margin)
             bisections += [(self.config.edge_level, p) for p in found]
             if not found and self.config.probe_level is not None:
                 probe = self._seen_probe(scored, tried, self.rank)
@@ -332,7 +336,9 @@ class LocalSearch:
             return None
         edges = [
             (p, past)
-            for p, past in _edge_bounds(self.space, scored, self.config.edge_tie)
+            for p, past in _edge_bounds(
+                self.space, scored, self.config.edge_tie, self.config.edge_margin
+            )
             if key(p) not in tried
         ]
         return max(edges, key=lambda pp: pp[1]) if edges else None
@@ -375,6 +381,7 @@ class LocalSearch:
     def _probes(
         self, scored: list[tuple[FrozenTrial, Standing]], tried: set[tuple[Any, ...]]
     ) -> list[tuple[Params, float]]:
+        scored = _sure(scored, self.config.edge_margin)
         if not scored or scored[0][1][0] != 1 or not scored[0][0].values:
             return []
         best = scored[0][0]
@@ -750,21 +757,29 @@ def _windows(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> 
 
 
 def _edges(
-    space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]], tie: float = 0.0
+    space: SearchSpace,
+    scored: list[tuple[FrozenTrial, Standing]],
+    tie: float = 0.0,
+    margin: float = 0.0,
 ) -> list[Params]:
     """A number whose larger values buy throughput until an SLO breaks (a running cap against a
     TPOT limit) has its best value at the SLO's edge, between the best trial and the nearest
     trial past the edge: bisect it, as the window between two broken SLOs is bisected."""
-    return [params for params, _past in _edge_bounds(space, scored, tie)]
+    return [params for params, _past in _edge_bounds(space, scored, tie, margin)]
 
 
 def _edge_bounds(
-    space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]], tie: float = 0.0
+    space: SearchSpace,
+    scored: list[tuple[FrozenTrial, Standing]],
+    tie: float = 0.0,
+    margin: float = 0.0,
 ) -> list[tuple[Params, float]]:
     """The edge moves (`_edges`), each with the throughput the trial past the edge measured:
     what the move can gain at most. They start from the best trial and from the trials within
     `tie` of its throughput (LocalSearchConfig.edge_tie), and lead to a trial past the edge
-    that measured more than the best."""
+    that measured more than the best. A trial within `margin` of a limit counts as past it
+    (`_sure`)."""
+    scored = _sure(scored, margin)
     best, mine = scored[0]
     if mine[0] != 1 or not best.values:
         return []
@@ -780,6 +795,26 @@ def _edge_bounds(
                 seen.add(key(middle))
                 out.append((middle, past))
     return out
+
+
+def _sure(
+    scored: list[tuple[FrozenTrial, Standing]], margin: float
+) -> list[tuple[FrozenTrial, Standing]]:
+    """`scored` with each trial within the SLOs by less than `margin` of a limit standing as
+    one just past it (LocalSearchConfig.edge_margin); unchanged when no trial is within them
+    by more."""
+    if margin <= 0:
+        return scored
+
+    def unsure(t: FrozenTrial, s: Standing) -> bool:
+        named = {**_slo_constraints(t), **(t.user_attrs.get(record.CONSTRAINTS) or {})}
+        slos = [v for k, v in named.items() if k.startswith("slo:")]
+        return s[0] == 1 and bool(slos) and max(slos) > -margin
+
+    if all(s[0] != 1 or unsure(t, s) for t, s in scored):
+        return scored
+    view = [(t, (0, 0.0) if unsure(t, s) else s) for t, s in scored]
+    return sorted(view, key=lambda ts: ts[1], reverse=True)
 
 
 def _halfway(space: SearchSpace, base: FrozenTrial, other: FrozenTrial) -> Params | None:
