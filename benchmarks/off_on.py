@@ -40,6 +40,8 @@ TOGGLE names the change (`TOGGLES`):
 - `edge-margin`: with the polish's probe on in both arms, edge moves and probes start from the
   best trial within the SLOs by more than 2% of a limit, and take a trial within them by less
   as one past the edge (tuner/study/local_search.py `edge_margin`; off: 0).
+- `probe-margin`: the two above together (`probe_level` -20, `edge_margin` 0.02) against
+  neither (the defaults before 2026-12-04).
 - `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
   measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
@@ -99,12 +101,17 @@ def _local_search(
     return toggle
 
 
-def _edge_margin(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
-    """`edge_margin` 0.02 against 0, with the polish's probe (`probe_level`) on in both."""
-    from tuner.study.local_search import LocalSearchConfig
+def _configs(off: dict[str, Any], on: dict[str, Any]) -> Callable[[Any, bool], tuple[Any, Any]]:
+    """A toggle of several LocalSearchConfig fields at once: `on`'s values against `off`'s, the
+    rest default."""
 
-    config = LocalSearchConfig(probe_level=-20.0, edge_margin=0.02 if on else 0.0)
-    return replace(method, guide=(("local_search", config),)), nullcontext()
+    def toggle(method: Any, is_on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+        from tuner.study.local_search import LocalSearchConfig
+
+        config = LocalSearchConfig(**(on if is_on else off))
+        return replace(method, guide=(("local_search", config),)), nullcontext()
+
+    return toggle
 
 
 def _guide(field: str) -> Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]:
@@ -157,7 +164,10 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "edge-tie": _local_search("edge_tie", 0.02),
     "edge-probe": _guide("edge_probes"),
     "probe-polish": _local_search("probe_level", -20.0, None),
-    "edge-margin": _edge_margin,
+    "edge-margin": _configs(
+        {"probe_level": -20.0, "edge_margin": 0.0}, {"probe_level": -20.0, "edge_margin": 0.02}
+    ),
+    "probe-margin": _configs({}, {"probe_level": -20.0, "edge_margin": 0.02}),
 }
 
 
