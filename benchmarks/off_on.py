@@ -36,12 +36,13 @@ TOGGLE names the change (`TOGGLES`):
   `edge_probes`; off: no probe).
 - `probe-polish`: the polish makes the edge probe as soon as the best trial has an SLO edge no
   trial one number from it marks, at the edge moves' level (tuner/study/local_search.py
-  `probe_level`; off: None, only the stop rule probes, before it stops).
+  `probe_level`; off: None, only the stop rule probes, before it stops), `edge_margin` 0 in
+  both arms.
 - `edge-margin`: with the polish's probe on in both arms, edge moves and probes start from the
   best trial within the SLOs by more than 2% of a limit, and take a trial within them by less
   as one past the edge (tuner/study/local_search.py `edge_margin`; off: 0).
-- `probe-margin`: the two above together (`probe_level` -20, `edge_margin` 0.02) against
-  neither (the defaults before 2026-12-04).
+- `probe-margin`: the two above together (`probe_level` -20, `edge_margin` 0.02, the defaults
+  since 2026-12-04) against neither (the defaults before).
 - `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
   measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
@@ -163,11 +164,13 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "edge-checks": _guide("edge_checks"),
     "edge-tie": _local_search("edge_tie", 0.02),
     "edge-probe": _guide("edge_probes"),
-    "probe-polish": _local_search("probe_level", -20.0, None),
+    "probe-polish": _configs(
+        {"probe_level": None, "edge_margin": 0.0}, {"probe_level": -20.0, "edge_margin": 0.0}
+    ),
     "edge-margin": _configs(
         {"probe_level": -20.0, "edge_margin": 0.0}, {"probe_level": -20.0, "edge_margin": 0.02}
     ),
-    "probe-margin": _configs({}, {"probe_level": -20.0, "edge_margin": 0.02}),
+    "probe-margin": _configs({"probe_level": None, "edge_margin": 0.0}, {}),
 }
 
 

@@ -416,7 +416,8 @@ def test_the_polish_probes_an_edge_no_trial_one_number_away_marks_with_probe_lev
     probe = {**START, "max_running_requests": 8}
     config = LocalSearchConfig(probe_level=-20.0)
     assert LocalSearch(space, config, seed=0).propose(trials, tried) == probe
-    assert LocalSearch(space, seed=0).propose(trials, tried) != probe
+    off = LocalSearchConfig(probe_level=None)
+    assert LocalSearch(space, off, seed=0).propose(trials, tried) != probe
     # An estimate that reads the memory fraction only: the cap's probe changes nothing it
     # predicts, so the memory fraction's is made.
     ranked = LocalSearch(space, config, seed=0)
@@ -444,8 +445,9 @@ def test_a_best_trial_within_the_margin_of_a_limit_is_taken_as_past_the_edge():
     trials = study.get_trials(deepcopy=False)
     tried = {key(t.params) for t in trials}
     above = ({**START, "max_running_requests": 11}, 1500.0)  # sqrt(8 x 16)
-    assert LocalSearch(space, seed=0).edge_move(trials, tried) == above
-    sure = LocalSearch(space, LocalSearchConfig(edge_margin=0.02), seed=0)
+    unsure = LocalSearch(space, LocalSearchConfig(edge_margin=0.0), seed=0)
+    assert unsure.edge_move(trials, tried) == above
+    sure = LocalSearch(space, seed=0)  # the default margin, 0.02
     # between 4 and 8 (halfway to 16 is 8, measured): it can gain what 8 measured
     assert sure.edge_move(trials, tried) == ({**START, "max_running_requests": 6}, 800.0)
     assert sure.propose(trials, tried) == {**START, "max_running_requests": 6}

@@ -134,12 +134,14 @@ class LocalSearchConfig:
     # more throughput is past, the best trial with one number set halfway to that trial's
     # (`LocalSearch.edge_probes`; the widest gap first of the numbers whose move the ranking
     # estimate sees). The stop rule makes the same probe before it stops
-    # (tuner/study/guide.py `edge_probes`); this makes it as soon as the polish can. None: off.
-    probe_level: float | None = None
+    # (tuner/study/guide.py `edge_probes`); this makes it as soon as the polish can, at the
+    # edge moves' level (benchmarks/results/probe_polish.md). None: off.
+    probe_level: float | None = -20.0
     # A trial within the SLOs by less than this share of a limit may be past it, measured again
     # (a p99 TPOT of 10.9 ms against 11 under 2% noise): edge moves and probes start from the
-    # best trial within the SLOs by more, and take such a trial as one past the edge. 0: off.
-    edge_margin: float = 0.0
+    # best trial within the SLOs by more, and take such a trial as one past the edge
+    # (benchmarks/results/probe_polish.md). 0: off.
+    edge_margin: float = 0.02
 
 
 @dataclass(frozen=True)
