@@ -19,7 +19,7 @@ from tuner.bench import BenchConfig, WorkloadSpec, run_bench, summarize
 from tuner.sim.clock import VirtualClock
 from tuner.sim.oracle import OracleResult, OracleWorkload, plan, predict
 from tuner.sim.perf import build_perf_model
-from tuner.sim.request import SimRequest
+from tuner.sim.request import SimRequest, answer_len
 from tuner.sim.scheduler import Scheduler
 
 SEED_HW = ["--sim-hardware", "rtx-pro-6000-blackwell", "--sim-model", "qwen3.6-27b"]
@@ -179,6 +179,27 @@ def test_requests_of_one_moment_queue_in_finish_order_whatever_order_they_came_i
     sched.waiting.rotate(1)
     sched.order_arrivals()
     assert [r.rid for r in sched.waiting] == ["next-of-c", "new-7", "new-8"]
+
+
+def test_natural_answer_lengths_follow_the_order_as_seeds_do():
+    """Without ignore_eos each request's answer length is drawn as it is made, as the oracle
+    draws it as it submits: reordered, a request takes the draw of its place, cut to its own
+    max_new_tokens."""
+    sched = _scheduler()
+    for key in ("a", "b"):
+        sched.holds.hold(key, 1, 5.0)
+    first, second = _request("new-1", 1), _request("new-2", 2)
+    first.natural_len, first.target_len = 300.0, answer_len(4, 300.0)
+    second.max_new_tokens = 500
+    second.natural_len, second.target_len = 120.0, answer_len(500, 120.0)
+    # the client drew new-2 first (order 0) but its connection delivered it second
+    sched.submit(first, after="a", at=5.0, order=1)
+    sched.submit(second, after="b", at=5.0, order=0)
+    sched.order_arrivals()
+    assert [r.rid for r in sched.waiting] == ["new-2", "new-1"]
+    assert [(r.seed, r.natural_len) for r in sched.waiting] == [(1, 300.0), (2, 120.0)]
+    assert [r.target_len for r in sched.waiting] == [300, 4]  # each cut to its own limit
+    assert answer_len(4, None) == 4 and answer_len(9, 0.2) == 1
 
 
 def test_requests_of_different_moments_are_not_reordered():

@@ -41,7 +41,7 @@ from tuner.sim.memory import MemoryPlan, plan_memory
 from tuner.sim.oracle_summary import OracleRecord, bench_summary
 from tuner.sim.perf import build_perf_model
 from tuner.sim.profiles import ProfileError
-from tuner.sim.request import SimRequest
+from tuner.sim.request import SimRequest, answer_len
 from tuner.sim.scheduler import HeadlessDriver, Scheduler
 
 WORKLOAD_KINDS = ("random", "shared-prefix", "multi-turn")
@@ -300,17 +300,16 @@ class HeadlessServer:
                 f"({memory.context_len} tokens)"
             )
         max_new = max(1, min(int(max_new), memory.context_len - len(prompt)))
-        target = max_new
-        if not self.ignore_eos:
-            target = int(min(max_new, max(1, self._rng.lognormal(5.0, 0.8))))
+        natural = None if self.ignore_eos else float(self._rng.lognormal(5.0, 0.8))
         self._seq += 1
         req = SimRequest(
             rid=f"oracle-{self._seq}",
             prompt=prompt,
             max_new_tokens=max_new,
-            target_len=target,
+            target_len=answer_len(max_new, natural),
             arrival=at,
             seed=self._seq,
+            natural_len=natural,
         )
         self.scheduler.prepare(req)
         return req

@@ -9,6 +9,14 @@ from typing import Any
 from tuner.sim.radix import Node
 
 
+def answer_len(max_new: int, natural: float | None) -> int:
+    """The tokens a request generates: all `max_new` with ignore_eos (`natural` None), else the
+    drawn natural length, at least 1 and at most `max_new` (the model stops at EOS first)."""
+    if natural is None:
+        return max_new
+    return int(min(max_new, max(1, natural)))
+
+
 @dataclass
 class SimRequest:
     rid: str
@@ -17,6 +25,10 @@ class SimRequest:
     target_len: int  # tokens it will generate (max_new_tokens with ignore_eos, else sampled)
     arrival: float  # modelled seconds
     seed: int = 0
+    # Without ignore_eos, the answer length the model would stop at, drawn when the request
+    # was made (`answer_len`); None with ignore_eos. It follows `seed` when same-moment arrivals
+    # are put in order (Scheduler.order_arrivals).
+    natural_len: float | None = None
     keys: list[int] = field(default_factory=list)  # chained block hashes of the prompt
     # tokens the next prefill must cover: the prompt, plus what it generated before a retraction
     prefill_total: int = -1

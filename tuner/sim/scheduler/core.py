@@ -31,7 +31,7 @@ from tuner.sim.config import SimConfig
 from tuner.sim.memory import MemoryPlan
 from tuner.sim.perf import PerfModel
 from tuner.sim.radix import Node, PrefixCache, block_keys
-from tuner.sim.request import RequestRecord, SimRequest
+from tuner.sim.request import RequestRecord, SimRequest, answer_len
 from tuner.sim.scheduler.holds import Holds
 from tuner.sim.scheduler.stats import SchedulerStats
 
@@ -208,7 +208,8 @@ class Scheduler:
         them, whatever order the client's connections delivered them in: in the order of the
         finishes whose holds they claim, a conversation's next turn at its own finish's place
         and the other requests at the remaining places in the order the client drew them. Their
-        seeds (the text they will generate) follow that order too. Call it when no hold is
+        seeds (the text they will generate) and natural answer lengths (without ignore_eos)
+        follow that order too: the oracle draws both as it submits. Call it when no hold is
         due, before a round."""
         groups: dict[float, list[tuple[int, SimRequest]]] = {}
         claims: dict[int, tuple[int, int | None]] = {}
@@ -228,10 +229,11 @@ class Scheduler:
             )
             fresh = iter(members[n] for _, n in drawn)
             ordered = [r if claims[id(r)][1] is None else next(fresh) for r in by_finish]
-            seeds = sorted(r.seed for r in members)
-            for (i, _), req, seed in zip(group, ordered, seeds, strict=True):
+            draws = sorted((r.seed, r.natural_len) for r in members)
+            for (i, _), req, (seed, natural) in zip(group, ordered, draws, strict=True):
                 self.waiting[i] = req
-                req.seed = seed
+                req.seed, req.natural_len = seed, natural
+                req.target_len = answer_len(req.max_new_tokens, natural)
 
     def abort(self, req: SimRequest, reason: str = "client disconnected") -> None:
         if req.finished:

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 
 from tuner.sim.faults import Faults
-from tuner.sim.request import SimRequest
+from tuner.sim.request import SimRequest, answer_len
 from tuner.sim.server.state import BadRequest, JSONDict, ServerState
 
 SimOptions = tuple[str | None, float | None, bool, int | None]  # (after, at, hold, order)
@@ -75,18 +75,17 @@ class RequestIntake:
         max_new = max(0, min(int(max_new), plan.context_len - len(prompt)))
         if max_new < 1:
             raise BadRequest("max_new_tokens must be at least 1")
-        target = max_new
-        if not ignore_eos:
-            # a natural answer length: the model stops at EOS before the limit most times
-            target = int(min(max_new, max(1, self._rng.lognormal(5.0, 0.8))))
+        # a natural answer length: the model stops at EOS before the limit most times
+        natural = None if ignore_eos else float(self._rng.lognormal(5.0, 0.8))
         self._seq += 1
         req = SimRequest(
             rid=rid or uuid.uuid4().hex,
             prompt=prompt,
             max_new_tokens=max_new,
-            target_len=target,
+            target_len=answer_len(max_new, natural),
             arrival=self.state.clock.now(),
             seed=self._seq,
+            natural_len=natural,
         )
         self.state.loaded_scheduler.prepare(req)
         return req
