@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import optuna
@@ -21,7 +22,7 @@ from tuner.study.stopping import (
     front_move,
 )
 
-RULE = StopRule(min_gain=0.01, min_trials=6, patience=4)
+RULE = StopRule(min_gain=0.01, min_trials=6, patience=4, max_checks=2)
 
 
 def _study(points: list[Any]) -> optuna.Study:
@@ -148,6 +149,13 @@ def test_after_max_checks_that_moved_nothing_the_estimate_is_not_believed():
     checked = [(100.0, 10.0)] * 4 + [("check", 100.0, 10.0)] * 2
     decision = decide(_trials(checked), RULE, lambda: Outlook({"x": 1}, 0.2))
     assert decision.stop and "last 2 checks of an expected gain found none" in decision.reason
+    # The default believes it once: one check that moved nothing is enough.
+    once = [(100.0, 10.0)] * 5 + [("check", 100.0, 10.0)]
+    rule = replace(RULE, max_checks=StopRule().max_checks)
+    assert rule.max_checks == 1
+    decision = decide(_trials(once), rule, lambda: Outlook({"x": 1}, 0.2))
+    assert decision.stop and "the check of an expected gain found none" in decision.reason
+    assert not decide(_trials(once), RULE, lambda: Outlook({"x": 1}, 0.2)).stop
 
 
 def test_a_window_trial_the_estimate_cannot_tell_from_an_earlier_launch_moves_nothing():

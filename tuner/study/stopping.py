@@ -127,7 +127,11 @@ class StopRule:
     # 10 s cells' stopped studies spent 41-57% of the full studies' GPU hours, at 6 36-48%,
     # every seed keeping 0.98 of the full study's best either way (docs/design.md).
     patience: int = 6
-    max_checks: int = 2  # estimate-led trials in the window that moved nothing: stop believing it
+    # Estimate-led trials in the window that moved nothing: then stop believing it. 1: at 2
+    # the open loop's stopped studies spent 39-59% of the full studies' GPU hours in the six
+    # worlds' median seeds, at 1 35-52%, and the 10 s and tpot-8b cells kept what they kept
+    # (benchmarks/results/stop_checks.md).
+    max_checks: int = 1
     measure: Measure = "front"
     noise: float = 0.0  # relative run-to-run noise of one measurement, when known
     # A window trial the estimate cannot tell from an earlier launch, measured within this
@@ -277,8 +281,9 @@ def decide(
             f"; {len(again)} of them re-measured configurations the estimate cannot tell from "
             "earlier ones"
         )
+    found_none = "the check" if len(checks) == 1 else f"the last {len(checks)} checks"
     model_note = (
-        f"; the last {len(checks)} checks of an expected gain found none"
+        f"; {found_none} of an expected gain found none"
         if len(checks) >= rule.max_checks
         else "; the estimate expects no more"
         if outlook is not None
