@@ -86,22 +86,6 @@ def _slo_cut(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
     return method, pruner_config(StagePrunerConfig(slo_cut=on), Seen())
 
 
-def _local_search(
-    field: str, value: float, off: float | None = 0.0
-) -> Callable[[Any, bool], tuple[Any, Any]]:
-    """A toggle of one LocalSearchConfig field: `value` when on, `off` when off, the rest
-    default."""
-
-    def toggle(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
-        from tuner.study.local_search import LocalSearchConfig
-
-        changed: dict[str, Any] = {field: value if on else off}
-        config = replace(LocalSearchConfig(), **changed)
-        return replace(method, guide=(("local_search", config),)), nullcontext()
-
-    return toggle
-
-
 def _configs(off: dict[str, Any], on: dict[str, Any]) -> Callable[[Any, bool], tuple[Any, Any]]:
     """A toggle of several LocalSearchConfig fields at once: `on`'s values against `off`'s, the
     rest default."""
@@ -113,6 +97,14 @@ def _configs(off: dict[str, Any], on: dict[str, Any]) -> Callable[[Any, bool], t
         return replace(method, guide=(("local_search", config),)), nullcontext()
 
     return toggle
+
+
+def _local_search(
+    field: str, value: float, off: float | None = 0.0
+) -> Callable[[Any, bool], tuple[Any, Any]]:
+    """A toggle of one LocalSearchConfig field: `value` when on, `off` when off, the rest
+    default."""
+    return _configs({field: off}, {field: value})
 
 
 def _guide(field: str) -> Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]:

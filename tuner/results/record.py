@@ -220,8 +220,12 @@ def list_constraints(constraints: dict[str, float]) -> list[float]:
 
 
 def trial_constraints(trial: FrozenTrial) -> dict[str, float]:
-    """A trial's named constraints (launch and SLOs), from Optuna's or the trial's record."""
-    return named_constraints(trial.constraints or trial.user_attrs.get(CONSTRAINTS) or {})
+    """A trial's named constraints (launch and SLOs), from Optuna's or the trial's record (a
+    trial whose Optuna constraints hold only the list form is named by its record)."""
+    named = named_constraints(trial.constraints or {})
+    if named and not all(k.isdigit() for k in named):
+        return named
+    return named_constraints(trial.user_attrs.get(CONSTRAINTS) or named)
 
 
 def named_constraints(constraints: Mapping[str, float]) -> dict[str, float]:

@@ -809,13 +809,13 @@ def _sure(
         return scored
 
     def unsure(t: FrozenTrial, s: Standing) -> bool:
-        named = {**_slo_constraints(t), **(t.user_attrs.get(record.CONSTRAINTS) or {})}
-        slos = [v for k, v in named.items() if k.startswith("slo:")]
+        slos = [v for k, v in _slo_constraints(t).items() if k.startswith("slo:")]
         return s[0] == 1 and bool(slos) and max(slos) > -margin
 
-    if all(s[0] != 1 or unsure(t, s) for t, s in scored):
+    doubts = [unsure(t, s) for t, s in scored]
+    if all(s[0] != 1 or doubt for (_t, s), doubt in zip(scored, doubts, strict=True)):
         return scored
-    view = [(t, (0, 0.0) if unsure(t, s) else s) for t, s in scored]
+    view = [(t, (0, 0.0) if doubt else s) for (t, s), doubt in zip(scored, doubts, strict=True)]
     return sorted(view, key=lambda ts: ts[1], reverse=True)
 
 
