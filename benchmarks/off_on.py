@@ -43,6 +43,9 @@ TOGGLE names the change (`TOGGLES`):
   as one past the edge (tuner/study/local_search.py `edge_margin`; off: 0).
 - `probe-margin`: the two above together (`probe_level` -20, `edge_margin` 0.02, the defaults
   since 2026-12-04) against neither (the defaults before).
+- `untried-pairs`: while no trial meets every SLO, a move to a categorical choice that no trial
+  has run beside the base's other categorical choices gains a level and is not held back by
+  the local search's trend (tuner/study/local_search.py `pair_bonus`; off: 0).
 - `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
   measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
@@ -163,6 +166,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
         {"probe_level": -20.0, "edge_margin": 0.0}, {"probe_level": -20.0, "edge_margin": 0.02}
     ),
     "probe-margin": _configs({"probe_level": None, "edge_margin": 0.0}, {}),
+    "untried-pairs": _local_search("pair_bonus", 1.0),
 }
 
 

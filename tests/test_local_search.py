@@ -20,6 +20,7 @@ from tuner.study.local_search import (
     _extension,
     _move_effects,
     _tied,
+    _untried_pair,
     complete,
     key,
     moves,
@@ -657,3 +658,52 @@ def test_a_branch_within_branch_tie_of_the_best_is_searched_as_the_best_is(space
 
     assert level_of_branch_move(LocalSearchConfig()) == 1.0
     assert level_of_branch_move(LocalSearchConfig(branch_tie=0.03)) == 0.0
+
+
+def test_while_no_trial_meets_the_slos_an_untried_pair_of_choices_comes_first(space):
+    """Every trial is over the TTFT limit; chunks of 2048 measured furthest over it, but only
+    without speculation. The trend, additive, blames 2048 for it and holds the move back from
+    the NEXTN trial closest to the limit. With `pair_bonus` the move loses nothing to that blame
+    and gains a level, since 2048 beside NEXTN is untried; once a trial has run that pair, or
+    once a trial meets the SLOs, the trend's blame counts again."""
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    nextn = {**START, "speculative_algorithm": "NEXTN", "speculative_num_steps": 3}
+    over = lambda params, ttft: _measured(study, params, 100.0, {"p99_ttft_ms": ttft})  # noqa: E731
+    over(START, 0.5)
+    over({**START, "chunked_prefill_size": 2048}, 0.9)
+    over({**START, "chunked_prefill_size": 2048, "max_running_requests": 8}, 0.8)
+    over({**START, "mem_fraction_static": 0.95}, 0.45)
+    over({**START, "max_running_requests": 8}, 0.4)
+    over(nextn, 0.3)
+
+    def priority(pair_bonus: float) -> float:
+        trials = study.get_trials()
+        scored = sorted(
+            ((t, s) for t in trials if (s := standing(t)) is not None),
+            key=lambda ts: ts[1],
+            reverse=True,
+        )
+        search = LocalSearch(space, LocalSearchConfig(pair_bonus=pair_bonus), seed=0)
+        search.propose(trials, set())  # fits the trend
+        options = search._from(scored[0][0], scored, {}, set())
+        return next(p for p, _r, _t, c in options if c["chunked_prefill_size"] == 2048)
+
+    move = next(
+        m for m in moves(space, nextn) if m.param == "chunked_prefill_size" and m.value == 2048
+    )
+    assert priority(0.0) > move.level + 0.5  # blamed
+    assert priority(1.0) <= move.level - 1.0 + 1e-9
+    assert priority(2.0) <= move.level - 2.0 + 1e-9
+    measured = study.get_trials()
+    assert _untried_pair(space, measured, move, {**nextn, "chunked_prefill_size": move.value})
+    memory = next(m for m in moves(space, nextn) if m.param == "mem_fraction_static")
+    assert not _untried_pair(space, measured, memory, {**nextn, memory.param: memory.value})
+    tried = study.get_trials()
+    over({**nextn, "chunked_prefill_size": 2048}, 0.7)
+    assert priority(1.0) == pytest.approx(priority(0.0)) and priority(1.0) > move.level + 0.5
+    # The same trials but the NEXTN one within the SLOs: the search is no longer lost.
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for t in tried[:-1]:
+        study.add_trial(t)
+    _trial(study, nextn, 100.0)
+    assert priority(1.0) == pytest.approx(priority(0.0)) and priority(1.0) > move.level + 0.5

@@ -90,6 +90,13 @@ class LocalSearchConfig:
     # every finished trial's rank on its params (0: off); from `trend_from` trials on.
     trend_weight: float = 3.0
     trend_from: int = 5
+    # Levels a move gains while no trial meets every SLO (the search has yet to find where they
+    # hold) when it sets a categorical param to a choice that no finished trial has run beside
+    # the base's value of some other categorical param: extra_buffer with HiCache on, when every
+    # extra_buffer trial ran without it. The trend is additive and would blame the choice for
+    # what it measured in other company; for an untried pair its loss is a guess, so the move
+    # loses no level to it and gains these (benchmarks/results/untried_pairs.md). 0: off.
+    pair_bonus: float = 1.0
     # Levels a move gains when the estimate that ranks the moves cannot see it: it moves a param
     # the estimate does not read (`LocalSearch.blind`), switches one, or moves a param that one
     # such, set in the base, depends on (draft steps under adaptive speculation). Its rank is
@@ -260,6 +267,8 @@ class LocalSearch:
             else None
         )
         tied = keep is not None and _tied(base, scored, self.config.branch_tie)
+        measured = [t for t, _s in scored]
+        lost = scored[0][1][0] < 1  # no trial meets every SLO
         options: list[tuple[float, float, float, Params]] = []
         for move in moves(self.space, params, self.config.ordered_upto):
             if move.param == keep:
@@ -298,6 +307,12 @@ class LocalSearch:
                 priority += self.config.flat_penalty
             if self._trend is not None:
                 gain = self._trend.predict(candidate) - here
+                if (
+                    lost
+                    and self.config.pair_bonus
+                    and _untried_pair(self.space, measured, move, candidate)
+                ):
+                    gain = max(gain, 0.0) + self.config.pair_bonus / self.config.trend_weight
                 priority -= self.config.trend_weight * gain
             blind = self.rank is not None and self._blind(move, params)
             if blind:
@@ -920,6 +935,24 @@ def _between(
     rest = tuple(sorted((k, repr(v)) for k, v in params.items() if k != move.param))
     value = float(move.value)
     return any(low < value < high for low, high in spans.get((move.param, rest), ()))
+
+
+def _untried_pair(
+    space: SearchSpace, trials: Sequence[FrozenTrial], move: Move, candidate: Mapping[str, Any]
+) -> bool:
+    """`move` sets a categorical param to a value that none of `trials` ran beside the value
+    `candidate` has of some other categorical param (params the move switches aside)."""
+    if space.params[move.param].kind != "categorical":
+        return False
+    mates = [t for t in trials if same_value(t.params.get(move.param), move.value)]
+    return any(
+        not any(same_value(t.params.get(name), value) for t in mates)
+        for name, value in candidate.items()
+        if name != move.param
+        and name in space.params
+        and space.params[name].kind == "categorical"
+        and not _child(space, name, move.param)
+    )
 
 
 def _same_direction(current: float, target: float, previous: float) -> bool:
