@@ -251,7 +251,7 @@ def main(argv: list[str]) -> None:
                     f"{med([f[1] / 3600 for f in full]):.2f}",
                     f"{med(to99):.0f}",
                     f"{med([s[1] / 3600 for s in stop]):.2f}",
-                    f"{med(shares):.0%} ({max(shares):.0%})",
+                    f"{med(shares):.1%} ({max(shares):.1%})",
                     f"{med(kept):.3f} ({min(kept):.3f})",
                     f"{med(fronts):.3f} ({min(fronts):.3f})",
                 )
@@ -273,7 +273,7 @@ def _per_seed(results: list[tuple[str, str, int, Runs]]) -> None:
             full, stop = out[f"full-{state}"], out[f"stop-{state}"]
             cols[0].append(f"{stop[0] / full[0] if full[0] else 1.0:.3f}")
             cols[1].append(f"{stop[2]}")
-            cols[2].append(f"{stop[1] / full[1]:.0%}")
+            cols[2].append(f"{stop[1] / full[1]:.1%}")
         row = " | ".join(" -> ".join(c) for c in cols)
         print(f"| {world} | {space} | {seed} | {row} |")
 
