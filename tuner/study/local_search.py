@@ -95,7 +95,8 @@ class LocalSearchConfig:
     # the base's value of some other categorical param: extra_buffer with HiCache on, when every
     # extra_buffer trial ran without it. The trend is additive and would blame the choice for
     # what it measured in other company; for an untried pair its loss is a guess, so the move
-    # loses no level to it and gains these (benchmarks/results/untried_pairs.md). 0: off.
+    # loses no level to it and gains these (benchmarks/results/untried_pairs.md). It acts
+    # through the trend, so only from `trend_from` trials on, as measured. 0: off.
     pair_bonus: float = 1.0
     # Levels a move gains when the estimate that ranks the moves cannot see it: it moves a param
     # the estimate does not read (`LocalSearch.blind`), switches one, or moves a param that one
