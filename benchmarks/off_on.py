@@ -46,6 +46,9 @@ TOGGLE names the change (`TOGGLES`):
 - `untried-pairs`: while no trial meets every SLO, a move to a categorical choice that no trial
   has run beside the base's other categorical choices gains a level and is not held back by
   the local search's trend (tuner/study/local_search.py `pair_bonus`; off: 0).
+- `known-blind`: the stop rule's blind check passes over a move from the best trial that the
+  estimate cannot rank when the same move already made a trial worse (tuner/study/local_search.py
+  `blind_known_skip`; off: it checks the lowest-level blind move, measured or not).
 - `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
   measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
@@ -167,6 +170,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     ),
     "probe-margin": _configs({"probe_level": None, "edge_margin": 0.0}, {}),
     "untried-pairs": _local_search("pair_bonus", 1.0),
+    "known-blind": _local_search("blind_known_skip", True, off=False),
 }
 
 

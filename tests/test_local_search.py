@@ -707,3 +707,42 @@ def test_while_no_trial_meets_the_slos_an_untried_pair_of_choices_comes_first(sp
         study.add_trial(t)
     _trial(study, nextn, 100.0)
     assert priority(1.0) == pytest.approx(priority(0.0)) and priority(1.0) > move.level + 0.5
+
+
+def test_the_stop_rules_blind_check_passes_over_a_move_the_study_measured_worse():
+    """The estimate does not read adaptive speculation, so the stop rule checks the flip from
+    the best trial before it stops (`blind_move`). The same flip, from a trial that differs
+    only in its memory fraction, already measured worse: with `blind_known_skip` the check
+    passes over it to the next blind move; once the flip measured better, it is checked."""
+    space = space_from_dict(ADAPTIVE_SPACE)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    base = {**START, "speculative_algorithm": "NEXTN", "speculative_num_steps": 3}
+    base["speculative_adaptive"] = None
+    _trial(study, base, 478.0)
+    _trial(study, {**base, "speculative_adaptive": True}, 420.0)
+    _trial(study, {**base, "mem_fraction_static": 0.9}, 490.0)
+    trials = study.get_trials()
+    best = trials[-1]
+    tried = {key(t.params) for t in trials}
+
+    def check(skip: bool, seen: list[Any]) -> tuple[str, dict[str, Any]] | None:
+        search = LocalSearch(space, LocalSearchConfig(blind_known_skip=skip), seed=0)
+        search.blind = frozenset({"speculative_adaptive"})
+        return search.blind_move(best, tried, seen)
+
+    plain = check(False, trials)
+    assert plain is not None and plain[0] == "speculative_adaptive"
+    assert plain[1]["speculative_adaptive"] is True and plain[1]["mem_fraction_static"] == 0.9
+    assert check(True, []) == plain  # no trials given: nothing is known
+    skipped = check(True, trials)
+    # The next blind move: other draft steps with the flip (two moves; none measured).
+    assert skipped is not None and skipped[0] == "speculative_num_steps"
+    assert skipped[1]["speculative_num_steps"] != 3 and skipped[1]["speculative_adaptive"] is True
+    # The flip measured better from another trial: its check comes back.
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    _trial(study, base, 478.0)
+    _trial(study, {**base, "speculative_adaptive": True}, 500.0)
+    _trial(study, {**base, "mem_fraction_static": 0.9}, 510.0)
+    trials = study.get_trials()
+    best, tried = trials[-1], {key(t.params) for t in trials}
+    assert check(True, trials) == check(False, trials) == plain

@@ -274,7 +274,8 @@ class Guide:
         """What the refitted estimate expects from the rest of the study: its best untried
         configuration and the throughput gain it predicts over the best SLO-feasible trial,
         both scored by the same estimate (tuner/study/stopping.py). Before it, a move from the
-        best trial the estimate cannot rank, then an SLO edge next to the best trial that is not
+        best trial the estimate cannot rank (not one the study measured worse from another
+        trial: `blind_known_skip`), then an SLO edge next to the best trial that is not
         bisected and could gain more than `min_gain`. None without an estimate or a feasible
         trial."""
         if self.estimator is None:
@@ -289,7 +290,7 @@ class Guide:
             return None
         best = max(feasible, key=lambda t: t.values[0])
         tried = _tried(trials)
-        unseen = self._local.blind_move(best, tried)
+        unseen = self._local.blind_move(best, tried, trials)
         if unseen is not None:
             why = (
                 f"a move from trial {best.number} the estimate cannot rank ({unseen[0]}) is untried"

@@ -103,6 +103,11 @@ class LocalSearchConfig:
     # such, set in the base, depends on (draft steps under adaptive speculation). Its rank is
     # noise, so it would otherwise wait behind every move the estimate likes.
     blind_bonus: float = 1.0
+    # The stop rule's blind check (`LocalSearch.blind_move`) passes over a move whose same move
+    # (from the same value, to the same value, its switched params alike) already made a trial
+    # worse (`_move_effects`): the estimate cannot rank it, but the study measured it
+    # (benchmarks/results/known_blind.md). False: every untried blind move is checked.
+    blind_known_skip: bool = True
     # Levels a move waits when the estimate that ranks the moves scores it more than
     # `doomed_loss` below the configuration it moves from (a running cap of 1, no speculation,
     # the smallest memory fraction: range ends, tried before the one-step moves). Measured and
@@ -283,19 +288,8 @@ class LocalSearch:
                 priority += self.config.branch_offset - (1.0 if own else 0.0)
             if queued and _more_slots(move, params):
                 priority -= self.config.slots_bonus
-            compound = any(name in params for name, _v in move.switched_on)
-            effect = (
-                None
-                if compound
-                else effects.get(
-                    (
-                        move.param,
-                        repr(params.get(move.param)),
-                        repr(move.value),
-                        _context(self.space, params, move.param),
-                    )
-                )
-            )
+            found = _effect_of(self.space, params, move)
+            effect = None if found is None else effects.get(found)
             if effect is not None:
                 priority += self.config.worse_penalty if effect < 0 else -self.config.better_bonus
             if (
@@ -325,14 +319,31 @@ class LocalSearch:
         return options
 
     def blind_move(
-        self, base: FrozenTrial, tried: set[tuple[Any, ...]]
+        self,
+        base: FrozenTrial,
+        tried: set[tuple[Any, ...]],
+        trials: Sequence[FrozenTrial] = (),
     ) -> tuple[str, Params] | None:
         """(the moved param, the configuration) of the lowest-level untried move from `base`
-        that the estimate cannot see (`blind`), or None."""
+        that the estimate cannot see (`blind`), or None. With `blind_known_skip`, not one whose
+        same move made one of `trials` worse than the trial it moved from (`_move_effects`)."""
         params = dict(base.params)
+        worse = (
+            {
+                e
+                for e, v in _move_effects(
+                    self.space, trials, self.config.infeasible_effects
+                ).items()
+                if v < 0
+            }
+            if self.config.blind_known_skip
+            else set()
+        )
         for move in sorted(
             moves(self.space, params, self.config.ordered_upto), key=lambda m: m.level
         ):
+            if worse and _effect_of(self.space, params, move) in worse:
+                continue
             if self._blind(move, params):
                 candidate = complete(self.space, {**params, move.param: move.value,
                                                   **dict(move.switched_on)}, params)  # fmt: skip
@@ -643,6 +654,19 @@ def _context(
     `params`: a move's effect carries over only where they are the same. Draft steps 3 -> 1
     without adaptive speculation says nothing about the same move with it."""
     return tuple((k, repr(v)) for k, v in params.items() if _child(space, k, name))
+
+
+def _effect_of(space: SearchSpace, params: Mapping[str, Any], move: Move) -> Effect | None:
+    """The key `_move_effects` gives `move` from `params`; None for a move that switches on a
+    param `params` already sets (two moves in one, which no single pair of trials measured)."""
+    if any(name in params for name, _v in move.switched_on):
+        return None
+    return (
+        move.param,
+        repr(params.get(move.param)),
+        repr(move.value),
+        _context(space, params, move.param),
+    )
 
 
 def _move_effects(

@@ -23,11 +23,12 @@
 3. the estimate, refitted to every measured trial (tuner/study/guide.py), expects no untried
    configuration to beat the best measured one by more than `min_gain`, and no move from the
    best trial that the estimate cannot rank (a flag it does not read, such as adaptive
-   speculation) is untried, and no SLO edge next to the best trial is left unbisected where
-   the trial past it measured more than `min_gain` over the best (a running cap between a
-   feasible 34 and a 64 past the TPOT limit: the estimate cannot say where between them the
-   limit falls), and, once a study, where no trial one number from the best marks such an edge,
-   the best trial's number that differs most from a trial past the edge is probed halfway
+   speculation) is untried, unless the same move already made another trial worse, and no
+   SLO edge next to the best trial is left unbisected where the trial past it measured more
+   than `min_gain` over the best (a running cap between a feasible 34 and a 64 past the TPOT
+   limit: the estimate cannot say where between them the limit falls), and, once a study,
+   where no trial one number from the best marks such an edge, the best trial's number that
+   differs most from a trial past the edge is probed halfway
    (`EDGE_PROBE`: the best at 35 running with memory 0.93, the trial past the edge at 64 with
    0.91): those are measured first, as the estimate's expected gains are.
    The gain is the estimate's score of its best untried configuration over its score of the
