@@ -49,6 +49,9 @@ TOGGLE names the change (`TOGGLES`):
 - `known-blind`: the stop rule's blind check passes over a move from the best trial that the
   estimate cannot rank when the same move already made a trial worse (tuner/study/local_search.py
   `blind_known_skip`; off: it checks the lowest-level blind move, measured or not).
+- `cut-edges`: a trial past an SLO that the dominated or the front cut stopped marks an SLO
+  edge at the most its full run could have measured (tuner/study/local_search.py `cut_edges`;
+  off: only trials the SLO cut stopped, or complete ones, mark one).
 - `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
   measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
@@ -171,6 +174,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "probe-margin": _configs({"probe_level": None, "edge_margin": 0.0}, {}),
     "untried-pairs": _local_search("pair_bonus", 1.0),
     "known-blind": _local_search("blind_known_skip", True, off=False),
+    "cut-edges": _local_search("cut_edges", True, off=False),
 }
 
 

@@ -21,8 +21,9 @@ included, and the request records in completion order, so each benchmark stage's
 summary is the summary of the records completed by then. Measurement noise (a real GPU's
 run-to-run spread; the simulator itself is deterministic): each stage's throughput, TPOT/ITL and
 TTFT figures are scaled by independent log-normal factors (`NoiseModel`), seeded by (seed, trial
-number); a cumulative stage summary uses the mean factor of the stages run so far, as a longer
-measurement averages its noise.
+number), or with `BENCH_NOISE=config` in the environment by (seed, configuration, how often it
+was measured before: `OracleMeasurer._noise_key`); a cumulative stage summary uses the mean
+factor of the stages run so far, as a longer measurement averages its noise.
 
 GPU time model (modelled seconds the GPU is held; `GpuTimeModel`, stated assumptions):
 
@@ -288,7 +289,22 @@ class OracleMeasurer:
             self.oracle = OracleCache(self.space)
         model = load_model((self.space.sim or {}).get("model"))
         self._weight_bytes = model.weight_bytes
+        self._measured: dict[int, int] = {}  # configuration -> measurements (`_noise_key`)
         self._draft_bytes = model.mtp.head_bytes if model.mtp else 0.0
+
+    def _noise_key(self, number: int, server_args: list[str]) -> list[int]:
+        """The noise draw's seed: (seed, trial number); with `BENCH_NOISE=config`, (seed, the
+        configuration, how often it was measured before), so two studies that measure the same
+        configuration draw the same noise for it, wherever in the study it falls (common random
+        numbers: a side-by-side comparison then differs by what the change did, not by noise
+        moved to other trials)."""
+        if os.environ.get("BENCH_NOISE") != "config":
+            return [self.seed, number]
+        digest = hashlib.sha256("\0".join(server_args).encode()).digest()
+        config = int.from_bytes(digest[:8], "little")
+        repeat = self._measured.get(config, 0)
+        self._measured[config] = repeat + 1
+        return [self.seed, config, repeat]
 
     def _weights(self, speculative: bool) -> float:
         return self._weight_bytes + (self._draft_bytes if speculative else 0.0)
@@ -318,7 +334,7 @@ class OracleMeasurer:
             None,
         )
         warmup_s = r.warmup_s
-        rng = np.random.default_rng([self.seed, number])
+        rng = np.random.default_rng(self._noise_key(number, server_args))
         total = len(r.records) or 1
         boundaries = stage_boundaries(total, int(self.space.bench.stages))
         factors: list[tuple[float, float, float]] = []

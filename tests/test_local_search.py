@@ -464,9 +464,21 @@ def test_a_best_trial_within_the_margin_of_a_limit_is_taken_as_past_the_edge():
 
 def test_a_trial_the_slo_cut_stopped_marks_the_edge_with_its_stage_figures():
     """A cap far past the TPOT limit may be stopped after its first stage (the SLO cut,
-    tuner/trial/pruning.py): its stage throughput still marks the edge to bisect."""
+    tuner/trial/pruning.py): its stage throughput still marks the edge to bisect. One the
+    dominated or the front cut stopped marks it with `cut_edges`, by the most its full run
+    could have measured: its stage figure, 300 tok/s (a higher cap ramps up later), times the
+    cut's factor 2.0, over the best trial's 400."""
     space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
-    for rule, edge in ((record.CUT_SLO, True), (record.CUT_FRONT, False), (None, False)):
+    cases = (
+        (record.CUT_SLO, 1500.0, False, True),
+        (record.CUT_FRONT, 1500.0, False, False),
+        (record.CUT_DOMINATED, 300.0, False, False),
+        (record.CUT_DOMINATED, 300.0, True, True),
+        (record.CUT_FRONT, 300.0, True, True),
+        (record.CUT_DOMINATED, 150.0, True, False),  # at most 300: nothing to gain
+        (None, 1500.0, True, False),
+    )
+    for rule, stage, cut_edges, edge in cases:
         study = optuna.create_study(directions=["maximize", "minimize"])
         _measured(study, {**START, "max_running_requests": 4}, 400.0, {"p99_tpot_ms": -0.2})
         constraints = {"launch": 0.0, "slo:p99_tpot_ms": 0.6}
@@ -477,17 +489,20 @@ def test_a_trial_the_slo_cut_stopped_marks_the_edge_with_its_stage_figures():
                 distributions={k: _DISTRIBUTIONS[k] for k in START},
                 user_attrs={
                     record.OUTCOME: record.OUTCOME_PRUNED,
-                    record.METRICS: {"output_throughput": 1500.0},
+                    record.METRICS: {"output_throughput": stage},
                     record.CONSTRAINTS: constraints,
-                    record.PRUNED: {"stage": 0, "reason": "r", "rule": rule},
+                    record.PRUNED: {"stage": 0, "reason": "r", "rule": rule, "up": 2.0},
                 },
                 system_attrs={"constraints": list(constraints.values())},
             )
         )
         trials = study.get_trials(deepcopy=False)
-        assert record.learned_from(trials[1]) is edge
-        proposal = LocalSearch(space, seed=0).propose(trials, {key(t.params) for t in trials})
-        assert (proposal == {**START, "max_running_requests": 8}) is edge
+        assert record.learned_from(trials[1]) is (rule == record.CUT_SLO)
+        search = LocalSearch(space, LocalSearchConfig(cut_edges=cut_edges), seed=0)
+        tried = {key(t.params) for t in trials}
+        proposal = search.propose(trials, tried)
+        assert (proposal == {**START, "max_running_requests": 8}) is edge, (rule, stage)
+        assert (search.edge_move(trials, tried) is not None) is edge
 
 
 def test_a_halfway_number_that_switches_a_param_on_proposes_it_too():

@@ -100,6 +100,34 @@ def oracle_measurer(benchmarks):
     return benchmarks("oracle_measurer")
 
 
+def test_config_noise_draws_by_configuration_not_by_trial_number(oracle_measurer, monkeypatch):
+    """With BENCH_NOISE=config a configuration's first measurement draws the same noise in two
+    studies wherever it falls, its second a new draw; by default the draw follows the number."""
+    from tuner.engines import sglang as engine
+    from tuner.space.load import load_space
+
+    space = load_space("qwen3.6-27b-mtp-hicache")
+    args = engine.build_server_args({"model_path": space.model_path}, space.engine_version)
+    other = engine.build_server_args(
+        {"model_path": space.model_path, "max_running_requests": 8}, space.engine_version
+    )
+
+    def figure(serve, number, server_args):
+        stages = []
+        serve.measure(number, server_args, lambda c, p: None, lambda s, m: stages.append(m) or True)
+        return stages[-1]["output_throughput"]
+
+    by_number = [figure(oracle_measurer.OracleMeasurer(space, seed=4), n, args) for n in (1, 7)]
+    assert by_number[0] != by_number[1]
+    monkeypatch.setenv("BENCH_NOISE", "config")
+    one, two = (oracle_measurer.OracleMeasurer(space, seed=4) for _ in range(2))
+    first = figure(one, 1, args)
+    assert figure(two, 2, other) != first  # another configuration, another draw
+    assert figure(two, 7, args) == first  # the same configuration's first measurement
+    assert figure(one, 9, args) != first  # measured again: a new draw
+    assert figure(oracle_measurer.OracleMeasurer(space, seed=5), 1, args) != first
+
+
 def test_oracle_measurer_charges_only_what_ran(oracle_measurer):
     from tuner.engines import sglang as engine
     from tuner.launcher import LaunchError

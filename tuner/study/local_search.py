@@ -155,6 +155,13 @@ class LocalSearchConfig:
     # best trial within the SLOs by more, and take such a trial as one past the edge
     # (benchmarks/results/probe_polish.md). 0: off.
     edge_margin: float = 0.02
+    # A trial past an SLO that the dominated or the front cut stopped at a stage (a running cap
+    # of 44 whose first stage ran slower than the trials it was judged by, as a higher cap
+    # ramps up later under a closed loop) marks an edge too: what its full run could have
+    # measured at most (`record.throughput_bound`) stands for its throughput, so edge moves and
+    # the stop rule's edge checks and probes bisect towards it
+    # (benchmarks/results/cut_edges.md). False: only the SLO cut's stops mark one.
+    cut_edges: bool = False
 
 
 @dataclass(frozen=True)
@@ -203,7 +210,13 @@ class LocalSearch:
         if self.config.window_level is not None:
             bisections += [(self.config.window_level, p) for p in _windows(self.space, scored)]
         if self.config.edge_level is not None:
-            found = _edges(self.space, scored, self.config.edge_tie, self.config.edge_margin)
+            found = _edges(
+                self.space,
+                scored,
+                self.config.edge_tie,
+                self.config.edge_margin,
+                self.config.cut_edges,
+            )
             bisections += [(self.config.edge_level, p) for p in found]
             if not found and self.config.probe_level is not None:
                 probe = self._seen_probe(scored, tried, self.rank)
@@ -366,7 +379,11 @@ class LocalSearch:
         edges = [
             (p, past)
             for p, past in _edge_bounds(
-                self.space, scored, self.config.edge_tie, self.config.edge_margin
+                self.space,
+                scored,
+                self.config.edge_tie,
+                self.config.edge_margin,
+                self.config.cut_edges,
             )
             if key(p) not in tried
         ]
@@ -414,7 +431,7 @@ class LocalSearch:
         if not scored or scored[0][1][0] != 1 or not scored[0][0].values:
             return []
         best = scored[0][0]
-        past = _beyond(self.space, scored, float(best.values[0]))
+        past = _beyond(self.space, scored, float(best.values[0]), self.config.cut_edges)
         for t, value in sorted(past, key=lambda tv: tv[1], reverse=True):
             probes = [
                 probe
@@ -740,26 +757,31 @@ def _more_slots(move: Move, params: Mapping[str, Any]) -> bool:
     )
 
 
-def _past_throughput(space: SearchSpace, t: FrozenTrial) -> float | None:
+def _past_throughput(space: SearchSpace, t: FrozenTrial, bounds: bool = False) -> float | None:
     """The throughput a trial past an SLO measured: its value when it completed; the figure of
-    its last stage when the SLO cut stopped it there (tuner/trial/pruning.py); else None."""
+    its last stage when the SLO cut stopped it there (tuner/trial/pruning.py); with `bounds`,
+    the most its full run could have measured when the dominated or the front cut stopped it
+    (`record.throughput_bound`); else None."""
     if t.state == TrialState.COMPLETE:
         return float(t.values[0]) if t.values else None
     if not record.learned_from(t):
-        return None
+        return record.throughput_bound(t) if bounds else None
     value = (t.user_attrs.get(record.METRICS) or {}).get(space.objectives.throughput)
     return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
 def _beyond(
-    space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]], top: float
+    space: SearchSpace,
+    scored: list[tuple[FrozenTrial, Standing]],
+    top: float,
+    bounds: bool = False,
 ) -> list[tuple[FrozenTrial, float]]:
     """(trial, the throughput it measured) of the trials over an SLO that measured more than
-    `top`, best standing first."""
+    `top`, best standing first (with `bounds`, a cut trial's bound: `_past_throughput`)."""
     return [
         (t, past)
         for t, s in scored
-        if s[0] == 0 and (past := _past_throughput(space, t)) is not None and past > top
+        if s[0] == 0 and (past := _past_throughput(space, t, bounds)) is not None and past > top
     ]
 
 
@@ -803,11 +825,12 @@ def _edges(
     scored: list[tuple[FrozenTrial, Standing]],
     tie: float = 0.0,
     margin: float = 0.0,
+    bounds: bool = False,
 ) -> list[Params]:
     """A number whose larger values buy throughput until an SLO breaks (a running cap against a
     TPOT limit) has its best value at the SLO's edge, between the best trial and the nearest
     trial past the edge: bisect it, as the window between two broken SLOs is bisected."""
-    return [params for params, _past in _edge_bounds(space, scored, tie, margin)]
+    return [params for params, _past in _edge_bounds(space, scored, tie, margin, bounds)]
 
 
 def _edge_bounds(
@@ -815,6 +838,7 @@ def _edge_bounds(
     scored: list[tuple[FrozenTrial, Standing]],
     tie: float = 0.0,
     margin: float = 0.0,
+    bounds: bool = False,
 ) -> list[tuple[Params, float]]:
     """The edge moves (`_edges`), each with the throughput the trial past the edge measured:
     what the move can gain at most. They start from the best trial and from the trials within
@@ -829,7 +853,7 @@ def _edge_bounds(
     bases = [t for t, s in scored if s[0] == 1 and s[1] >= top * (1 - tie)]
     out: list[tuple[Params, float]] = []
     seen: set[tuple[Any, ...]] = set()
-    beyond = _beyond(space, scored, top)
+    beyond = _beyond(space, scored, top, bounds)
     for base in bases:
         for t, past in beyond:
             middle = _halfway(space, base, t)
