@@ -159,8 +159,10 @@ class LocalSearchConfig:
     # of 44 whose first stage ran slower than the trials it was judged by, as a higher cap
     # ramps up later under a closed loop) marks an edge too: what its full run could have
     # measured at most (`record.throughput_bound`) stands for its throughput, so edge moves and
-    # the stop rule's edge checks and probes bisect towards it
-    # (benchmarks/results/cut_edges.md). False: only the SLO cut's stops mark one.
+    # the stop rule's edge checks and probes bisect towards it. Measured in tpot-8b and left
+    # off (benchmarks/results/cut_edges.md): one of nine stopped seeds that lost more than 2%
+    # recovered, the others ran the same, and two cells' median shares rose 3-5 points.
+    # False: only the SLO cut's stops mark one.
     cut_edges: bool = False
 
 
