@@ -135,7 +135,7 @@ class LocalSearchConfig:
     # extension of the last move that paid off (-10), which would cross the window. None: off.
     window_level: float | None = -20.0
     # Level of an *edge* move: once the best trial meets the SLOs, the same bisection between it
-    # and a trial one number away with more throughput that breaks one (`_edges`). None: off.
+    # and a trial one number away with more throughput that breaks one (`_edge_bounds`). None: off.
     edge_level: float | None = -20.0
     # Edge moves bisect from the best trial and from every trial within this share of its
     # throughput (both within the SLOs): under measurement noise the best trial changes between
@@ -212,13 +212,7 @@ class LocalSearch:
         if self.config.window_level is not None:
             bisections += [(self.config.window_level, p) for p in _windows(self.space, scored)]
         if self.config.edge_level is not None:
-            found = _edges(
-                self.space,
-                scored,
-                self.config.edge_tie,
-                self.config.edge_margin,
-                self.config.cut_edges,
-            )
+            found = [params for params, _past in self._edge_bounds(scored)]
             bisections += [(self.config.edge_level, p) for p in found]
             if not found and self.config.probe_level is not None:
                 probe = self._seen_probe(scored, tried, self.rank)
@@ -343,21 +337,16 @@ class LocalSearch:
         that the estimate cannot see (`blind`), or None. With `blind_known_skip`, not one whose
         same move made one of `trials` worse than the trial it moved from (`_move_effects`)."""
         params = dict(base.params)
-        worse = (
-            {
-                e
-                for e, v in _move_effects(
-                    self.space, trials, self.config.infeasible_effects
-                ).items()
-                if v < 0
-            }
+        effects = (
+            _move_effects(self.space, trials, self.config.infeasible_effects)
             if self.config.blind_known_skip
-            else set()
+            else {}
         )
         for move in sorted(
             moves(self.space, params, self.config.ordered_upto), key=lambda m: m.level
         ):
-            if worse and _effect_of(self.space, params, move) in worse:
+            found = _effect_of(self.space, params, move)
+            if found is not None and effects.get(found, 0.0) < 0:
                 continue
             if self._blind(move, params):
                 candidate = complete(self.space, {**params, move.param: move.value,
@@ -369,7 +358,7 @@ class LocalSearch:
     def edge_move(
         self, trials: Sequence[FrozenTrial], tried: set[tuple[Any, ...]]
     ) -> tuple[Params, float] | None:
-        """The untried edge move (`_edges`) from the best trial whose trial past the edge
+        """The untried edge move (`_edge_bounds`) from the best trial whose trial past the edge
         measured the most throughput, with that throughput; None when there is none. The
         estimate cannot say where an SLO's edge lies between two measured trials: the stop
         rule measures such a move before it stops (tuner/study/stopping.py)."""
@@ -378,18 +367,17 @@ class LocalSearch:
         scored = _scored(trials)
         if not scored:
             return None
-        edges = [
-            (p, past)
-            for p, past in _edge_bounds(
-                self.space,
-                scored,
-                self.config.edge_tie,
-                self.config.edge_margin,
-                self.config.cut_edges,
-            )
-            if key(p) not in tried
-        ]
+        edges = [(p, past) for p, past in self._edge_bounds(scored) if key(p) not in tried]
         return max(edges, key=lambda pp: pp[1]) if edges else None
+
+    def _edge_bounds(
+        self, scored: list[tuple[FrozenTrial, Standing]]
+    ) -> list[tuple[Params, float]]:
+        """`_edge_bounds` with this search's tie, margin and `cut_edges`."""
+        config = self.config
+        return _edge_bounds(
+            self.space, scored, config.edge_tie, config.edge_margin, config.cut_edges
+        )
 
     def seen_probe(
         self,
@@ -822,19 +810,6 @@ def _windows(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> 
     return out
 
 
-def _edges(
-    space: SearchSpace,
-    scored: list[tuple[FrozenTrial, Standing]],
-    tie: float = 0.0,
-    margin: float = 0.0,
-    bounds: bool = False,
-) -> list[Params]:
-    """A number whose larger values buy throughput until an SLO breaks (a running cap against a
-    TPOT limit) has its best value at the SLO's edge, between the best trial and the nearest
-    trial past the edge: bisect it, as the window between two broken SLOs is bisected."""
-    return [params for params, _past in _edge_bounds(space, scored, tie, margin, bounds)]
-
-
 def _edge_bounds(
     space: SearchSpace,
     scored: list[tuple[FrozenTrial, Standing]],
@@ -842,11 +817,14 @@ def _edge_bounds(
     margin: float = 0.0,
     bounds: bool = False,
 ) -> list[tuple[Params, float]]:
-    """The edge moves (`_edges`), each with the throughput the trial past the edge measured:
-    what the move can gain at most. They start from the best trial and from the trials within
-    `tie` of its throughput (LocalSearchConfig.edge_tie), and lead to a trial past the edge
-    that measured more than the best. A trial within `margin` of a limit counts as past it
-    (`_sure`)."""
+    """The edge moves, each with the throughput the trial past the edge measured: what the move
+    can gain at most. A number whose larger values buy throughput until an SLO breaks (a running
+    cap against a TPOT limit) has its best value at the SLO's edge, between the best trial and
+    the nearest trial past the edge: it is bisected, as the window between two broken SLOs is.
+    The moves start from the best trial and from the trials within `tie` of its throughput
+    (LocalSearchConfig.edge_tie), and lead to a trial past the edge that measured more than the
+    best (with `bounds`, a cut trial's bound: `_past_throughput`). A trial within `margin` of a
+    limit counts as past it (`_sure`)."""
     scored = _sure(scored, margin)
     best, mine = scored[0]
     if mine[0] != 1 or not best.values:
