@@ -4,7 +4,8 @@ For each world x space x seed it runs the default method for the whole 40 trials
 variant with the stop rule on (`--min-gain`'s default) and that variant's window, minimum trials and
 measure (tuner/study/stopping.py `StopRule`). It prints, per cell and variant, the trials the
 stopped study launched, its modelled GPU hours as a share of the full study's, and its best
-noise-free SLO-feasible throughput over the full study's (median, and the worst seed).
+noise-free SLO-feasible throughput over the full study's (median, the worst seed, and the seeds
+that keep less than 98% of it).
 
     python benchmarks/stop_variants.py WORLDS SPACES SEEDS JOBS VARIANT...
 
@@ -28,6 +29,8 @@ if __name__ == "__main__":  # run as a file: the benchmarks package lives one fo
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from benchmarks.off_on import Outcome, front_kept, outcome
+
+LOSS = 0.02  # issue 21: no stopped study may keep less than 98% of its full study's best
 
 
 def _cell_seed(task: tuple[str, str, int, list[str]]) -> tuple[str, str, dict[str, Outcome]]:
@@ -78,18 +81,20 @@ def main(argv: list[str]) -> None:
         cells.setdefault((world, space), []).append(out)
     print(
         "| world | space | variant | trials | GPU h share median (max) | best / full (worst) "
-        "| front kept (worst) |"
+        "| seeds losing > 2% | front kept (worst) |"
     )
-    print("|---|---|---|---:|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
     for (world, space), outs in cells.items():
         for v in variants:
             shares = [o[v][1] / o["full"][1] for o in outs]
             kept = [o[v][0] / o["full"][0] if o["full"][0] else 1.0 for o in outs]
             fronts = [front_kept(o[v], o["full"]) for o in outs]
             trials = statistics.median(o[v][2] for o in outs)
+            lost = [i for i, k in enumerate(kept) if k < 1 - LOSS]
             print(
                 f"| {world} | {space} | {v} | {trials:.0f} | {statistics.median(shares):.0%} "
                 f"({max(shares):.0%}) | {statistics.median(kept):.3f} ({min(kept):.3f}) "
+                f"| {len(lost)}{' (seeds ' + ', '.join(map(str, lost)) + ')' if lost else ''} "
                 f"| {statistics.median(fronts):.3f} ({min(fronts):.3f}) |"
             )
 

@@ -12,7 +12,14 @@ from rich.table import Table
 from tuner.optimize.cost import StudyCost
 from tuner.optimize.progress import format_flags
 from tuner.results import record
-from tuner.results.goals import GOALS, capacity_words, is_capacity
+from tuner.results.goals import (
+    GOALS,
+    SLO_NOISE,
+    capacity_words,
+    is_capacity,
+    margin_words,
+    slo_margins,
+)
 from tuner.space.model import SearchSpace
 from tuner.study.options import StudySummary
 
@@ -75,13 +82,45 @@ def print_summary(
             flags = (
                 "sglang defaults" if t.user_attrs.get(record.IS_DEFAULT) else format_flags(t.params)
             )
-            console.print(f"  trial {t.number}: {flags}", soft_wrap=True)
+            margins = slo_margins(t.user_attrs.get(record.METRICS) or {}, space.slos)
+            closest = f" ({margin_words(*margins[0], short=True)})" if margins else ""
+            console.print(f"  trial {t.number}{closest}: {flags}", soft_wrap=True)
+        for line in close_calls(summary, space, first):
+            console.print(line, soft_wrap=True)
     if summary.pareto:
         prefix = _export_prefix(summary, studies_dir)
         pick = GOALS[goal].pick if (goal := summary.goal) in GOALS else "knee"
         console.print(f"export one with: {prefix} --pick {pick}", soft_wrap=True)
     console.print(f"study directory: {summary.study_dir}")
     console.print(f"storage: {summary.storage_description}")
+
+
+def close_calls(
+    summary: StudySummary, space: SearchSpace, number_format: str = "{:.1f}"
+) -> list[str]:
+    """Lines on the front's trials that meet an SLO by less than a rerun's noise (`SLO_NOISE`):
+    measured again they may break it. Names the trial with the most throughput that meets
+    every SLO by more, when it has less throughput than they do."""
+    lines, top = [], 0.0
+    for t in _without_repeats(summary.pareto)[0]:
+        margins = slo_margins(t.user_attrs.get(record.METRICS) or {}, space.slos)
+        if margins and 0 <= margins[0][1] < SLO_NOISE:
+            top = max(top, float(t.values[0]))
+            lines.append(
+                f"trial {t.number} meets {margin_words(*margins[0])}, less than a rerun's "
+                f"noise (~{SLO_NOISE:.0%}): measured again it may break it"
+            )
+    steady = summary.steady
+    if not lines:
+        return []
+    if steady is None or not steady.values:
+        lines.append(f"no trial meets every SLO by {SLO_NOISE:.0%} or more of its limit")
+    elif (value := float(steady.values[0])) < top:
+        lines.append(
+            f"the most {space.objectives.throughput} with every SLO met by {SLO_NOISE:.0%} or "
+            f"more: trial {steady.number}, {number_format.format(value)} ({value / top - 1:+.1%})"
+        )
+    return lines
 
 
 def _without_repeats(front: list[FrozenTrial]) -> tuple[list[FrozenTrial], Counter[int]]:

@@ -24,7 +24,7 @@ import yaml
 from optuna.storages import BaseStorage
 
 from tuner.engines.sglang import LAUNCH_MODULE
-from tuner.results.goals import Slo
+from tuner.results.goals import SLO_NOISE, Slo, margin_words, slo_margins
 from tuner.results.pick import Pick, choose_trial, default_pick
 from tuner.results.server_config import (
     ConfigFile,
@@ -71,6 +71,18 @@ def how_chosen(picked_by: str, slos: Sequence[Slo] = ()) -> str:
     if slos:
         how += " with --slo " + ", ".join(str(s) for s in slos) + " (instead of the study's SLOs)"
     return how
+
+
+def close_call(trial: TrialRecord, slos: Sequence[Slo]) -> str | None:
+    """'meets p99 TPOT <= 11 ms by 1.2%, less than a rerun's noise (~2%): ...' when the trial
+    meets an SLO by less than `SLO_NOISE` of its limit (tuner/results/goals.py), else None."""
+    margins = slo_margins(trial.metrics, slos)
+    if not margins or not 0 <= margins[0][1] < SLO_NOISE:
+        return None
+    return (
+        f"meets {margin_words(*margins[0])}, less than a rerun's noise (~{SLO_NOISE:.0%}): "
+        "measured again it may break it"
+    )
 
 
 def _summary_lines(trial: TrialRecord, meta: StudyMeta, how: str) -> list[str]:
@@ -245,6 +257,9 @@ def export_trial(
         validate_argv(config_to_argv(config_file), snapshot.version)
     if not_checked:
         warnings.append(not_checked)
+    close = close_call(chosen, parsed or meta.slos)
+    if close:
+        warnings.append(f"trial {chosen.number} {close}")
 
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"launch_{safe_file_stem(study_name)}_trial{chosen.number}"

@@ -214,12 +214,47 @@ def capacity_words(rate: float, slos: Sequence[Slo]) -> str:
     return f"sustains {rate:.3g} req/s" + (f" with {within}" if within else "")
 
 
+# Run-to-run noise of one measured latency tail: sglang's coefficient of variation on identical
+# input is 0.1-2.5% by concurrency (vllm-project/vllm issue 53436, docs/design.md). A trial that
+# meets an SLO by less than this share of its limit may break it when measured again.
+SLO_NOISE: Final = 0.02
+
+
+def slo_margins(metrics: Mapping[str, Any], slos: Sequence[Slo]) -> list[tuple[Slo, float]]:
+    """(SLO, the share of its limit by which the measured metrics meet it) for each SLO whose
+    metric was measured, closest first; a share below 0 is a miss (`Slo.violation`, as the
+    study grades its trials)."""
+    out = [
+        (slo, -slo.violation(value))
+        for slo in slos
+        if (value := as_float(metrics.get(slo.metric))) is not None
+    ]
+    return sorted(out, key=lambda pair: pair[1])
+
+
+def margin_words(slo: Slo, margin: float, short: bool = False) -> str:
+    """'p99 TPOT <= 11 ms by 0.9%' (met), 'p99 TPOT <= 11 ms missed by 3.0%'; `short`: 'p99
+    TPOT 0.9% within its limit', 'p99 TPOT 3.0% past its limit'."""
+    if short:
+        return f"{slo_name(slo)} {abs(margin):.1%} {'within' if margin >= 0 else 'past'} its limit"
+    if margin >= 0:
+        return f"{slo_words(slo)} by {margin:.1%}"
+    return f"{slo_words(slo)} missed by {-margin:.1%}"
+
+
 def slo_words(slo: Slo) -> str:
     """`p99_ttft_ms <= 3000` as a reader says it: 'p99 TTFT <= 3 s'."""
+    name = slo_name(slo)
+    if name == slo.metric:
+        return str(slo)
+    limit = f"{slo.limit / 1000:g} s" if slo.limit >= 1000 else f"{slo.limit:g} ms"
+    return f"{name} {slo.op} {limit}"
+
+
+def slo_name(slo: Slo) -> str:
+    """The metric an SLO limits as a reader says it: 'p99 TTFT' (else the metric's own name)."""
     match = re.match(r"^(mean|median|p90|p95|p99)_(ttft|tpot|itl|e2e_latency)_ms$", slo.metric)
     if match is None:
-        return str(slo)
+        return slo.metric
     stat, quantity = match.groups()
-    name = {"e2e_latency": "E2E latency"}.get(quantity, quantity.upper())
-    limit = f"{slo.limit / 1000:g} s" if slo.limit >= 1000 else f"{slo.limit:g} ms"
-    return f"{stat} {name} {slo.op} {limit}"
+    return f"{stat} {dict(e2e_latency='E2E latency').get(quantity, quantity.upper())}"

@@ -60,7 +60,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.results import record
-from tuner.results.goals import is_capacity
+from tuner.results.goals import SLO_NOISE, is_capacity
 from tuner.space.model import ParamSpec, SearchSpace, active_values, same_value
 
 Params = dict[str, Any]
@@ -154,7 +154,7 @@ class LocalSearchConfig:
     # (a p99 TPOT of 10.9 ms against 11 under 2% noise): edge moves and probes start from the
     # best trial within the SLOs by more, and take such a trial as one past the edge
     # (benchmarks/results/probe_polish.md). 0: off.
-    edge_margin: float = 0.02
+    edge_margin: float = SLO_NOISE  # 2%, tuner/results/goals.py
     # A trial past an SLO that the dominated or the front cut stopped at a stage (a running cap
     # of 44 whose first stage ran slower than the trials it was judged by, as a higher cap
     # ramps up later under a closed loop) marks an edge too: what its full run could have

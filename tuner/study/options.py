@@ -71,6 +71,9 @@ class StudySummary:
     # (modelled on the simulator) their remaining stages would have taken.
     pruned: int = 0
     pruned_saved_s: float = 0.0
+    # The feasible trial with the most throughput that meets every SLO by at least
+    # `SLO_NOISE` of its limit (tuner/results/goals.py): what a rerun is unlikely to break.
+    steady: optuna.trial.FrozenTrial | None = None
 
 
 def check_options(options: StudyOptions) -> None:
