@@ -4,14 +4,9 @@ warns when it writes such a trial's script."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import optuna
 import pytest
-from support.sim_spaces import small_space
+from support.sim_spaces import small_space, tuner_cli
 
 from tuner.optimize.summary import close_calls
 from tuner.results import record
@@ -20,23 +15,12 @@ from tuner.space import load_space
 from tuner.study.options import StudySummary
 
 
-def _tuner(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tuner.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, "COLUMNS": "400"},
-        timeout=600,
-    )
-
-
 def test_a_study_whose_best_meets_its_slo_by_under_two_percent_says_so(tmp_path):
     # First the defaults' p99 TTFT under a loose limit, then the same run under a limit 1%
     # above what it measured: the simulator's figures are the modelled GPU's, not the host's.
     common = ("--trials", "1", "--studies-dir", "studies", "--no-report", "--seed", "1")
     loose = small_space(tmp_path, name="loose")
-    first = _tuner("optimize", "--space", str(loose), *common, cwd=tmp_path)
+    first = tuner_cli("optimize", "--space", str(loose), *common, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert "less than a rerun's noise" not in first.stdout
     assert "(p99 TTFT " in first.stdout and "% within its limit)" in first.stdout
@@ -45,7 +29,7 @@ def test_a_study_whose_best_meets_its_slo_by_under_two_percent_says_so(tmp_path)
     ttft = float(trial.user_attrs[record.METRICS]["p99_ttft_ms"])
     limit = round(ttft * 1.01, 3)
     tight = small_space(tmp_path, name="tight", slos=[f"p99_ttft_ms <= {limit}"])
-    second = _tuner("optimize", "--space", str(tight), *common, cwd=tmp_path)
+    second = tuner_cli("optimize", "--space", str(tight), *common, cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     out = " ".join(second.stdout.split())
     margin = (limit - ttft) / limit
@@ -54,7 +38,7 @@ def test_a_study_whose_best_meets_its_slo_by_under_two_percent_says_so(tmp_path)
     assert "no trial meets every SLO by 2% or more of its limit" in out
     # The export of that trial says it too; the loose study's does not.
     for study, warned in (("tight", True), ("loose", False)):
-        export = _tuner("export", "--study", study, "--pick", "max-throughput", cwd=tmp_path)
+        export = tuner_cli("export", "--study", study, "--pick", "max-throughput", cwd=tmp_path)
         assert export.returncode == 0, export.stderr
         assert (f"warning: trial 0 meets {said}, less than" in export.stderr) is warned
 
@@ -65,9 +49,10 @@ def _trial(number: int, throughput: float, ttft_margin: float, tpot_margin: floa
         params={},
         distributions={},
         user_attrs={
-            record.METRICS: {
-                "p99_ttft_ms": 7000 * (1 - ttft_margin),
-                "p99_tpot_ms": 11 * (1 - tpot_margin),
+            record.CONSTRAINTS: {
+                "launch": 0.0,
+                "slo:p99_ttft_ms": -ttft_margin,
+                "slo:p99_tpot_ms": -tpot_margin,
             },
         },
     )
@@ -108,7 +93,8 @@ def test_close_calls_name_the_tight_slo_and_the_steadiest_trial(tmp_path, steady
     )
     assert lines[1:] == ([expected] if expected else [])
     # The closest SLO comes first whichever order the space names them in.
-    assert slo_margins(close.user_attrs[record.METRICS], space.slos)[0][1] == pytest.approx(0.009)
+    closest = slo_margins(close.user_attrs[record.CONSTRAINTS], space.slos)[0]
+    assert closest[1] == pytest.approx(0.009)
     # No close call, no lines.
     summary.pareto = [roomy]
     assert close_calls(summary, space) == []

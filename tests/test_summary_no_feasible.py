@@ -3,32 +3,17 @@ trial and looser limits; otherwise the study's own, with the options that find i
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import subprocess
-import sys
-from pathlib import Path
 
-from support.sim_spaces import small_space
-
-
-def _tuner(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tuner.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, "COLUMNS": "400"},  # the export command on one line
-        timeout=600,
-    )
+from support.sim_spaces import small_space, tuner_cli
 
 
 def test_an_unmet_slo_names_the_nearest_trial_and_a_looser_limit_that_exports(tmp_path):
     space = small_space(
         tmp_path, name="strict", slos=["p99_ttft_ms <= 1", "median_tpot_ms <= 100000"]
     )
-    run = _tuner(
+    run = tuner_cli(
         "optimize", "--space", str(space), "--trials", "3", "--studies-dir", "studies",
         "--no-report", "--seed", "1",
         cwd=tmp_path,
@@ -46,14 +31,14 @@ def test_an_unmet_slo_names_the_nearest_trial_and_a_looser_limit_that_exports(tm
     assert "median_tpot_ms<=100000" in args
     loosened = next(a for a in args if a.startswith("p99_ttft_ms<="))
     assert float(loosened.split("<=")[1]) == float(nearest.group(2)) > 1
-    export = _tuner(*args, "--studies-dir", "studies", cwd=tmp_path)
+    export = tuner_cli(*args, "--studies-dir", "studies", cwd=tmp_path)
     assert export.returncode == 0, export.stderr
     assert f"trial {nearest.group(1)} of strict" in export.stdout
 
 
 def test_the_export_command_printed_after_a_study_finds_it_in_its_studies_dir(tmp_path):
     space = small_space(tmp_path, name="elsewhere")
-    run = _tuner(
+    run = tuner_cli(
         "optimize", "--space", str(space), "--trials", "2", "--studies-dir", "runs",
         "--no-report", "--seed", "1",
         cwd=tmp_path,
@@ -63,5 +48,5 @@ def test_the_export_command_printed_after_a_study_finds_it_in_its_studies_dir(tm
     assert command is not None, run.stdout
     args = shlex.split(command.group(1))[1:]
     assert args[args.index("--studies-dir") + 1] == "runs"
-    export = _tuner(*args, cwd=tmp_path)
+    export = tuner_cli(*args, cwd=tmp_path)
     assert export.returncode == 0, export.stderr

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -49,3 +52,16 @@ def small_space(tmp_path: Path, name: str = "small", **overrides: object) -> Pat
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def tuner_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`tuner ARGS...` as a user runs it, in `cwd`, its output on 400 columns (a printed
+    command on one line)."""
+    return subprocess.run(
+        [sys.executable, "-m", "tuner.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "400"},
+        timeout=600,
+    )

@@ -82,7 +82,7 @@ def print_summary(
             flags = (
                 "sglang defaults" if t.user_attrs.get(record.IS_DEFAULT) else format_flags(t.params)
             )
-            margins = slo_margins(t.user_attrs.get(record.METRICS) or {}, space.slos)
+            margins = slo_margins(record.trial_constraints(t), space.slos)
             closest = f" ({margin_words(*margins[0], short=True)})" if margins else ""
             console.print(f"  trial {t.number}{closest}: {flags}", soft_wrap=True)
         for line in close_calls(summary, space, first):
@@ -103,7 +103,7 @@ def close_calls(
     every SLO by more, when it has less throughput than they do."""
     lines, top = [], 0.0
     for t in _without_repeats(summary.pareto)[0]:
-        margins = slo_margins(t.user_attrs.get(record.METRICS) or {}, space.slos)
+        margins = slo_margins(record.trial_constraints(t), space.slos)
         if margins and 0 <= margins[0][1] < SLO_NOISE:
             top = max(top, float(t.values[0]))
             lines.append(

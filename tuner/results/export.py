@@ -24,7 +24,7 @@ import yaml
 from optuna.storages import BaseStorage
 
 from tuner.engines.sglang import LAUNCH_MODULE
-from tuner.results.goals import SLO_NOISE, Slo, margin_words, slo_margins
+from tuner.results.goals import SLO_NOISE, Slo, margin_words
 from tuner.results.pick import Pick, choose_trial, default_pick
 from tuner.results.server_config import (
     ConfigFile,
@@ -76,7 +76,13 @@ def how_chosen(picked_by: str, slos: Sequence[Slo] = ()) -> str:
 def close_call(trial: TrialRecord, slos: Sequence[Slo]) -> str | None:
     """'meets p99 TPOT <= 11 ms by 1.2%, less than a rerun's noise (~2%): ...' when the trial
     meets an SLO by less than `SLO_NOISE` of its limit (tuner/results/goals.py), else None."""
-    margins = slo_margins(trial.metrics, slos)
+    # From the measured metrics: the SLOs in force may be `--slo`'s, and a study written by an
+    # older tuner may hold its constraints as 0 / 1 only.
+    measured = [(slo, trial.metric(slo.metric)) for slo in slos]
+    margins = sorted(
+        ((slo, -slo.violation(value)) for slo, value in measured if value is not None),
+        key=lambda pair: pair[1],
+    )
     if not margins or not 0 <= margins[0][1] < SLO_NOISE:
         return None
     return (

@@ -220,14 +220,14 @@ def capacity_words(rate: float, slos: Sequence[Slo]) -> str:
 SLO_NOISE: Final = 0.02
 
 
-def slo_margins(metrics: Mapping[str, Any], slos: Sequence[Slo]) -> list[tuple[Slo, float]]:
-    """(SLO, the share of its limit by which the measured metrics meet it) for each SLO whose
-    metric was measured, closest first; a share below 0 is a miss (`Slo.violation`, as the
-    study grades its trials)."""
+def slo_margins(constraints: Mapping[str, float], slos: Sequence[Slo]) -> list[tuple[Slo, float]]:
+    """(SLO, the share of its limit by which a trial meets it) for each SLO its graded
+    constraints hold (`slo:METRIC`, `Slo.violation` as the study recorded it: a re-measured
+    configuration's is the mean of its measurements), closest first; below 0 is a miss."""
     out = [
-        (slo, -slo.violation(value))
+        (slo, -float(constraints[key]))
         for slo in slos
-        if (value := as_float(metrics.get(slo.metric))) is not None
+        if isinstance(constraints.get(key := f"slo:{slo.metric}"), int | float)
     ]
     return sorted(out, key=lambda pair: pair[1])
 

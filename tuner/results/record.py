@@ -69,6 +69,7 @@ Trial user attrs:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -120,10 +121,18 @@ OWNER = "owner"  # {"host", "pid", "start", "boot"} of the process running the t
 HEARTBEAT = "heartbeat"  # Unix time of the owner's last sign of life
 ABANDONED = "abandoned"  # why a RUNNING trial was found without a live owner (FAIL, retried)
 GUIDED_BY = (
-    # "estimate", "polish", "stop-check", "blind-check", "edge-check" or "edge-probe": the
-    # guide queued this trial (tuner/study/guide.py, tuner/study/stopping.py)
+    # "estimate", "polish", "stop-check", "blind-check", "edge-check", "edge-probe" or
+    # "remeasure-check": the guide queued this trial (tuner/study/guide.py,
+    # tuner/study/stopping.py)
     "guided_by"
 )
+# `guided_by` of a trial that measures a configuration again on purpose: the stop rule's
+# re-measurement of a trial that missed an SLO by less than a rerun's noise. It is launched
+# even though a trial with the same flags finished (tuner/trial/objective.py).
+REMEASURE_CHECK = "remeasure-check"
+# The numbers of the earlier launches of the same flags a re-measurement was pooled with: its
+# constraints and values are the means of all of them (tuner/trial/objective.py).
+POOLED_WITH = "pooled_with"
 
 # How a trial ended, beyond Optuna's state.
 OUTCOME_OK = "ok"  # served the whole benchmark (COMPLETE)
@@ -226,6 +235,13 @@ def trial_constraints(trial: FrozenTrial) -> dict[str, float]:
     if named and not all(k.isdigit() for k in named):
         return named
     return named_constraints(trial.user_attrs.get(CONSTRAINTS) or named)
+
+
+def least_slo_margin(trial: FrozenTrial) -> float:
+    """The share of its limit by which a trial meets its closest SLO, as the study graded it
+    (`slo:*` constraints; below 0: missed by that share; inf without SLOs)."""
+    slos = [v for k, v in trial_constraints(trial).items() if k.startswith("slo:")]
+    return -max(slos) if slos else math.inf
 
 
 def named_constraints(constraints: Mapping[str, float]) -> dict[str, float]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from typing import Any, cast
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage, fail_stale_trials
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from tuner.engines.model_config import ModelMemory
 from tuner.errors import UserError
@@ -481,14 +480,8 @@ def summarize(
         pruned=len(cut),
         pruned_saved_s=sum(float(c.get("time_saved_s") or 0.0) for c in cut),
         steady=max(
-            (t for t in feasible if _least_slo_margin(t) >= SLO_NOISE),
+            (t for t in feasible if record.least_slo_margin(t) >= SLO_NOISE),
             key=lambda t: t.values[0],
             default=None,
         ),
     )
-
-
-def _least_slo_margin(trial: FrozenTrial) -> float:
-    """The share of its limit by which a trial meets its closest SLO (inf without SLOs)."""
-    slos = [v for k, v in record.trial_constraints(trial).items() if k.startswith("slo:")]
-    return -max(slos) if slos else math.inf

@@ -10,7 +10,12 @@
 0. a trial within the SLOs beats sglang's defaults (the default trial) in the measure: a
    study whose front is still the defaults has not found what it is for yet, and ran on in the
    quality benchmark's worst stopped seeds (0.66-0.76 of the full study's best: the defaults),
-   so it goes on to `--trials` rather than recommend them;
+   so it goes on to `--trials` rather than recommend them. A trial that re-measured the
+   defaults' run (the estimate cannot tell the two apart, and it measured within
+   `remeasure_tolerance` of the default trial) beats them by noise, and does not count: with
+   common random numbers, a slow-constants seed at a 10 s TTFT limit stopped at the defaults'
+   222 tok/s because memory fractions 0.84 and 0.95 of the same run measured 1.6% above them,
+   where its full study found 336;
 1. at least `min_trials` configurations were launched (sglang's defaults, the guide's warm
    start and its first refitted picks come before; skips and repeats do not count, as for the
    budget: tuner/study/budget.py);
@@ -36,9 +41,15 @@
    left is the difference it predicts. When it predicts more, the study measures that configuration
    instead of stopping (the caller queues `Outlook.params`); after `max_checks` such
    measurements in the window that moved nothing, the estimate is not believed any more.
-   A blind move's, an edge's or a probe's measurement (`BLIND_CHECK`, `EDGE_CHECK`,
-   `EDGE_PROBE`) does not count toward `max_checks`: it tested no prediction, and each is
-   measured once (a bisection halves the edge's gap each time). In the tpot-8b space the
+   Then, once a study, the trial that missed an SLO by less than a rerun's noise (2% of the
+   limit, `SLO_NOISE`) with the most throughput, more than `min_gain` over the best trial that
+   meets every SLO by more, is measured again (`REMEASURE_CHECK`): one p99 TPOT measurement
+   cannot tell 10.9 ms from 11.1 ms against an 11 ms limit, and a study that took 37 and 38
+   running as past it on one measurement each stopped at 34, 0.935 of its full study's best.
+   A blind move's, an edge's, a probe's or a re-measurement's measurement (`BLIND_CHECK`,
+   `EDGE_CHECK`, `EDGE_PROBE`, `REMEASURE_CHECK`) does not count toward `max_checks`: it
+   tested no prediction, and each is measured once (a bisection halves the edge's gap each
+   time). In the tpot-8b space the
    median stopped seed (shipped world) had kept 0.935 of the full study's best, stopping
    before the search bisected the edge. Counted, two blind moves from the best trial
    (HiCache off, the other write policy) used up both checks in a 10 s seed of the quality
@@ -78,12 +89,12 @@ movement, and the refitted estimate's expected gain.
 
 Measurement noise sets how small `min_gain` may usefully be: a move within the run-to-run
 spread of one configuration is chance, and keeps a study going without buying anything. The
-study cannot measure that spread itself: identical configurations are not launched twice
-(tuner/trial/identical.py), and a trial's stage-to-stage rates mix noise with the workload's
-phases (one configuration on the deterministic simulator measured 427, 440 and 455 tok/s in
-its three later stages, with no noise at all). `noise` is therefore given, 0 by default: the
-threshold is `max(min_gain, 2 * noise)`, twice the noise because a move compares two noisy
-measurements.
+study does not measure that spread itself: identical configurations are launched twice only
+for the one re-measurement above (tuner/trial/identical.py), and a trial's stage-to-stage
+rates mix noise with the workload's phases (one configuration on the deterministic simulator
+measured 427, 440 and 455 tok/s in its three later stages, with no noise at all). `noise` is
+therefore given, 0 by default: the threshold is `max(min_gain, 2 * noise)`, twice the noise
+because a move compares two noisy measurements.
 """
 
 from __future__ import annotations
@@ -108,6 +119,9 @@ EDGE_CHECK = "edge-check"  # halfway between the best trial and one past an SLO'
 # halfway in one number from the best trial towards a trial past an SLO's edge that differs
 # from it in more than that number (one a study: tuner/study/local_search.py `edge_probe`)
 EDGE_PROBE = "edge-probe"
+# the trial that missed an SLO by less than a rerun's noise with the most throughput over the
+# best trial that meets every SLO by more, measured again (once a study: tuner/study/guide.py)
+REMEASURE_CHECK = record.REMEASURE_CHECK
 # The checks that count toward `StopRule.max_checks`: the estimate's expected gains. Blind
 # moves, edge bisections and edge probes test no prediction of the estimate's, and each is
 # measured once.
@@ -245,8 +259,14 @@ def decide(
         return keep_going(
             f"no trial within the SLOs before the last {rule.patience}: nothing to judge by"
         )
-    default = next((p for t, p in points if t.user_attrs.get(record.IS_DEFAULT)), None)
-    others = [p for t, p in feasible if not t.user_attrs.get(record.IS_DEFAULT)]
+    default_trial = next((t for t, p in points if t.user_attrs.get(record.IS_DEFAULT)), None)
+    default = feasible_point(default_trial) if default_trial is not None else None
+    others = [
+        p
+        for t, p in feasible
+        if not t.user_attrs.get(record.IS_DEFAULT)
+        and not _same_run_again(t, default_trial, alike, rule.remeasure_tolerance)
+    ]
     if default is not None and front_move([default], others, rule.measure) <= 0:
         return keep_going("no trial within the SLOs has beaten sglang's defaults yet")
     noise = rule.noise
@@ -366,6 +386,26 @@ def _remeasured(
             out.add(t.number)
         seen.setdefault(a, []).append((thr, lat))
     return out
+
+
+def _same_run_again(
+    trial: FrozenTrial,
+    default: FrozenTrial | None,
+    alike: Callable[[FrozenTrial], Hashable] | None,
+    tolerance: float,
+) -> bool:
+    """`trial` re-measured sglang's defaults: the estimate cannot tell it from the default
+    trial (a memory fraction both runs leave unfilled), and it measured within `tolerance` of
+    it in both objectives. It beats the defaults by noise, if at all."""
+    if alike is None or default is None or not default.values or not trial.values:
+        return False
+    seen = alike(trial)
+    return (
+        seen is not None
+        and seen == alike(default)
+        and _within(float(trial.values[0]), float(default.values[0]), tolerance)
+        and _within(float(trial.values[1]), float(default.values[1]), tolerance)
+    )
 
 
 def _within(a: float, b: float, tolerance: float) -> bool:

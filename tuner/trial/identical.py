@@ -3,7 +3,8 @@
 Two workers may propose the same flags at the same moment, and two workers starting together
 may both queue the baseline.
 
-A finished trial with the same flags has its result reused (tuner/trial/objective.py); this
+A finished trial with the same flags has its result reused (tuner/trial/objective.py), but for
+the stop rule's one re-measurement (`record.REMEASURE_CHECK`, tuner/study/guide.py); this
 module covers the window before that, while both trials are RUNNING. Flags that differ only where
 the run cannot (tuner/trial/same_run.py) reuse a finished result too, marked `SAME_RUN`.
 """
