@@ -55,9 +55,6 @@ TOGGLE names the change (`TOGGLES`):
 - `remeasure`: before it stops, the stop rule measures again, once a study, the trial that
   missed an SLO by less than 2% of its limit with the most throughput over the best trial that
   meets every SLO by more (tuner/study/guide.py `remeasure_checks`; off: no trial twice).
-- `defaults-again`: a trial the estimate cannot tell from sglang's defaults' run, measured
-  within 3% of the default trial, does not count as beating the defaults, which the stop rule
-  waits for (tuner/study/stopping.py `_same_run_again`; off: any trial measured above them does).
 - `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
   measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
@@ -157,14 +154,6 @@ def _blind_checks(method: Any, on: bool) -> tuple[Any, AbstractContextManager[An
     return method, _patched(stopping, "COUNTED_CHECKS", frozenset(counted))
 
 
-def _defaults_again(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
-    from tuner.study import stopping
-
-    # Off: a re-measurement of the defaults' run that measured above them beats them.
-    same = stopping._same_run_again if on else (lambda *_args: False)
-    return method, _patched(stopping, "_same_run_again", same)
-
-
 TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]] = {
     "slo-cut": _slo_cut,
     "doomed": _local_search("doomed_penalty", 3.0),
@@ -190,7 +179,6 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "known-blind": _local_search("blind_known_skip", True, off=False),
     "cut-edges": _local_search("cut_edges", True, off=False),
     "remeasure": _guide("remeasure_checks"),
-    "defaults-again": _defaults_again,
 }
 
 

@@ -10,12 +10,7 @@
 0. a trial within the SLOs beats sglang's defaults (the default trial) in the measure: a
    study whose front is still the defaults has not found what it is for yet, and ran on in the
    quality benchmark's worst stopped seeds (0.66-0.76 of the full study's best: the defaults),
-   so it goes on to `--trials` rather than recommend them. A trial that re-measured the
-   defaults' run (the estimate cannot tell the two apart, and it measured within
-   `remeasure_tolerance` of the default trial) beats them by noise, and does not count: with
-   common random numbers, a slow-constants seed at a 10 s TTFT limit stopped at the defaults'
-   222 tok/s because memory fractions 0.84 and 0.95 of the same run measured 1.6% above them,
-   where its full study found 336;
+   so it goes on to `--trials` rather than recommend them;
 1. at least `min_trials` configurations were launched (sglang's defaults, the guide's warm
    start and its first refitted picks come before; skips and repeats do not count, as for the
    budget: tuner/study/budget.py);
@@ -259,14 +254,8 @@ def decide(
         return keep_going(
             f"no trial within the SLOs before the last {rule.patience}: nothing to judge by"
         )
-    default_trial = next((t for t, p in points if t.user_attrs.get(record.IS_DEFAULT)), None)
-    default = feasible_point(default_trial) if default_trial is not None else None
-    others = [
-        p
-        for t, p in feasible
-        if not t.user_attrs.get(record.IS_DEFAULT)
-        and not _same_run_again(t, default_trial, alike, rule.remeasure_tolerance)
-    ]
+    default = next((p for t, p in points if t.user_attrs.get(record.IS_DEFAULT)), None)
+    others = [p for t, p in feasible if not t.user_attrs.get(record.IS_DEFAULT)]
     if default is not None and front_move([default], others, rule.measure) <= 0:
         return keep_going("no trial within the SLOs has beaten sglang's defaults yet")
     noise = rule.noise
@@ -386,26 +375,6 @@ def _remeasured(
             out.add(t.number)
         seen.setdefault(a, []).append((thr, lat))
     return out
-
-
-def _same_run_again(
-    trial: FrozenTrial,
-    default: FrozenTrial | None,
-    alike: Callable[[FrozenTrial], Hashable] | None,
-    tolerance: float,
-) -> bool:
-    """`trial` re-measured sglang's defaults: the estimate cannot tell it from the default
-    trial (a memory fraction both runs leave unfilled), and it measured within `tolerance` of
-    it in both objectives. It beats the defaults by noise, if at all."""
-    if alike is None or default is None or not default.values or not trial.values:
-        return False
-    seen = alike(trial)
-    return (
-        seen is not None
-        and seen == alike(default)
-        and _within(float(trial.values[0]), float(default.values[0]), tolerance)
-        and _within(float(trial.values[1]), float(default.values[1]), tolerance)
-    )
 
 
 def _within(a: float, b: float, tolerance: float) -> bool:
