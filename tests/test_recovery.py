@@ -87,6 +87,21 @@ def test_a_dead_owner_on_this_host_is_failed_its_server_killed_and_retried_once(
     assert len(study.get_trials(states=(TrialState.WAITING,))) == 1
 
 
+def test_the_stop_rules_remeasurement_is_retried_as_one():
+    """A re-measurement reuses no earlier result (tuner/trial/objective.py); its retry after a
+    dead worker must not either, or the study would take the first measurement back."""
+    study = _study()
+    pid, start = _dead_pid()
+    trial = _running(
+        study,
+        **{record.OWNER: _owner(pid, start), record.GUIDED_BY: record.REMEASURE_CHECK},
+    )
+    recover_abandoned(study, 10)
+    (retry,) = study.get_trials(states=(TrialState.WAITING,))
+    assert retry.user_attrs[record.RETRY_OF] == trial.number
+    assert retry.user_attrs[record.GUIDED_BY] == record.REMEASURE_CHECK
+
+
 def test_a_live_owner_is_left_alone_and_a_reused_pid_is_not_taken_for_it():
     study = _study()
     owner = _sleeper()

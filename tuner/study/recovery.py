@@ -200,6 +200,8 @@ def queue_retry(
     user_attrs: dict[str, Any] = {record.RETRY_OF: trial.number}
     if trial.user_attrs.get(record.IS_DEFAULT):
         user_attrs[record.IS_DEFAULT] = True
+    if trial.user_attrs.get(record.GUIDED_BY) == record.REMEASURE_CHECK:
+        user_attrs[record.GUIDED_BY] = record.REMEASURE_CHECK  # launched again, not reused
     template = optuna.trial.create_trial(
         state=TrialState.WAITING,
         params=trial.params,
