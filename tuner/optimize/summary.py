@@ -16,6 +16,7 @@ from tuner.results.goals import (
     GOALS,
     SLO_NOISE,
     capacity_words,
+    close_call,
     is_capacity,
     margin_words,
     slo_margins,
@@ -103,13 +104,10 @@ def close_calls(
     every SLO by more, when it has less throughput than they do."""
     lines, top = [], 0.0
     for t in _without_repeats(summary.pareto)[0]:
-        margins = slo_margins(record.trial_constraints(t), space.slos)
-        if margins and 0 <= margins[0][1] < SLO_NOISE:
+        said = close_call(slo_margins(record.trial_constraints(t), space.slos))
+        if said is not None:
             top = max(top, float(t.values[0]))
-            lines.append(
-                f"trial {t.number} meets {margin_words(*margins[0])}, less than a rerun's "
-                f"noise (~{SLO_NOISE:.0%}): measured again it may break it"
-            )
+            lines.append(f"trial {t.number} {said}")
     steady = summary.steady
     if not lines:
         return []

@@ -24,7 +24,7 @@ import yaml
 from optuna.storages import BaseStorage
 
 from tuner.engines.sglang import LAUNCH_MODULE
-from tuner.results.goals import SLO_NOISE, Slo, margin_words
+from tuner.results.goals import Slo, close_call, slo_margins
 from tuner.results.pick import Pick, choose_trial, default_pick
 from tuner.results.server_config import (
     ConfigFile,
@@ -73,22 +73,12 @@ def how_chosen(picked_by: str, slos: Sequence[Slo] = ()) -> str:
     return how
 
 
-def close_call(trial: TrialRecord, slos: Sequence[Slo]) -> str | None:
-    """'meets p99 TPOT <= 11 ms by 1.2%, less than a rerun's noise (~2%): ...' when the trial
-    meets an SLO by less than `SLO_NOISE` of its limit (tuner/results/goals.py), else None."""
-    # From the measured metrics: the SLOs in force may be `--slo`'s, and a study written by an
-    # older tuner may hold its constraints as 0 / 1 only.
+def _close_call(trial: TrialRecord, slos: Sequence[Slo]) -> str | None:
+    """`goals.close_call` of the trial, from its measured metrics: the SLOs in force may be
+    `--slo`'s, and a study written by an older tuner may hold its constraints as 0 / 1 only."""
     measured = [(slo, trial.metric(slo.metric)) for slo in slos]
-    margins = sorted(
-        ((slo, -slo.violation(value)) for slo, value in measured if value is not None),
-        key=lambda pair: pair[1],
-    )
-    if not margins or not 0 <= margins[0][1] < SLO_NOISE:
-        return None
-    return (
-        f"meets {margin_words(*margins[0])}, less than a rerun's noise (~{SLO_NOISE:.0%}): "
-        "measured again it may break it"
-    )
+    graded = {f"slo:{slo.metric}": slo.violation(v) for slo, v in measured if v is not None}
+    return close_call(slo_margins(graded, slos))
 
 
 def _summary_lines(trial: TrialRecord, meta: StudyMeta, how: str) -> list[str]:
@@ -263,7 +253,7 @@ def export_trial(
         validate_argv(config_to_argv(config_file), snapshot.version)
     if not_checked:
         warnings.append(not_checked)
-    close = close_call(chosen, parsed or meta.slos)
+    close = _close_call(chosen, parsed or meta.slos)
     if close:
         warnings.append(f"trial {chosen.number} {close}")
 

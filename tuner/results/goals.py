@@ -232,6 +232,17 @@ def slo_margins(constraints: Mapping[str, float], slos: Sequence[Slo]) -> list[t
     return sorted(out, key=lambda pair: pair[1])
 
 
+def close_call(margins: Sequence[tuple[Slo, float]]) -> str | None:
+    """'meets p99 TPOT <= 11 ms by 1.2%, less than a rerun's noise (~2%): ...' when the closest
+    of `margins` (`slo_margins`' order) meets its SLO by less than `SLO_NOISE`, else None."""
+    if not margins or not 0 <= margins[0][1] < SLO_NOISE:
+        return None
+    return (
+        f"meets {margin_words(*margins[0])}, less than a rerun's noise (~{SLO_NOISE:.0%}): "
+        "measured again it may break it"
+    )
+
+
 def margin_words(slo: Slo, margin: float, short: bool = False) -> str:
     """'p99 TPOT <= 11 ms by 0.9%' (met), 'p99 TPOT <= 11 ms missed by 3.0%'; `short`: 'p99
     TPOT 0.9% within its limit', 'p99 TPOT 3.0% past its limit'."""
