@@ -55,6 +55,9 @@ TOGGLE names the change (`TOGGLES`):
 - `remeasure`: before it stops, the stop rule measures again, once a study, the trial that
   missed an SLO by less than 2% of its limit with the most throughput over the best trial that
   meets every SLO by more (tuner/study/guide.py `remeasure_checks`; off: no trial twice).
+- `beat-defaults`: the study may stop only once a trial within the SLOs beats sglang's
+  defaults by more than a window's move must (tuner/study/stopping.py `defaults_gain`; off: by
+  any margin). A stop rule's change only: the full study is run once (`STOP_ONLY`).
 - `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
   measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
@@ -154,6 +157,17 @@ def _blind_checks(method: Any, on: bool) -> tuple[Any, AbstractContextManager[An
     return method, _patched(stopping, "COUNTED_CHECKS", frozenset(counted))
 
 
+def _beat_defaults(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+    from functools import partial
+
+    from benchmarks.quality import study
+    from tuner.study.stopping import StopRule
+
+    # Off: any margin over sglang's defaults lets the study stop; on: the rule's default.
+    rule = partial(StopRule, defaults_gain=None if on else 0.0)
+    return method, _patched(study, "StopRule", rule)
+
+
 TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]] = {
     "slo-cut": _slo_cut,
     "doomed": _local_search("doomed_penalty", 3.0),
@@ -179,7 +193,13 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "known-blind": _local_search("blind_known_skip", True, off=False),
     "cut-edges": _local_search("cut_edges", True, off=False),
     "remeasure": _guide("remeasure_checks"),
+    "beat-defaults": _beat_defaults,
 }
+
+
+# Toggles of the stop rule alone: a full study (no stop rule) runs the same off and on, so it is
+# run once.
+STOP_ONLY = frozenset({"beat-defaults"})
 
 
 def outcome(run: Any) -> Outcome:
@@ -220,6 +240,9 @@ def _cell_seed(task: tuple[str, str, str, int]) -> tuple[str, str, int, Runs]:
     for state in ("off", "on"):
         stop = replace(default, min_gain=DEFAULT_MIN_GAIN)
         for name, base in (("full", default), ("stop", stop)):
+            if name == "full" and state == "on" and toggle in STOP_ONLY:
+                out["full-on"] = out["full-off"]  # the toggle changes nothing a full study does
+                continue
             method, context = TOGGLES[toggle](base, state == "on")
             with context:
                 run = study.run_study(method, seed, 40, space, oracle, noise)

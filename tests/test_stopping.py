@@ -117,6 +117,22 @@ def test_a_study_whose_front_is_still_sglangs_defaults_goes_on():
     assert decide(_trials(beaten), RULE).stop
 
 
+def test_beating_sglangs_defaults_by_noise_alone_is_not_beating_them():
+    # A trial 1.5% above the defaults (the same run measured again, say) and a plateau after it.
+    points = [("default", 100.0, 10.0), (101.5, 10.0)] + [(90.0, 12.0)] * 4
+    rule = replace(RULE, min_gain=0.02)
+    decision = decide(_trials(points), rule)
+    assert not decision.stop
+    assert "beaten sglang's defaults by more than 2% yet" in decision.reason
+    assert decide(_trials(points), replace(rule, defaults_gain=0.0)).stop  # any margin: stops
+    assert decide(_trials(points), replace(rule, defaults_gain=0.01)).stop
+    # 3% beats them by more than min_gain, but not by twice a known noise of 2%.
+    above = [("default", 100.0, 10.0), (103.0, 10.0)] + [(90.0, 12.0)] * 4
+    assert decide(_trials(above), rule).stop
+    decision = decide(_trials(above), replace(rule, noise=0.02))
+    assert not decision.stop and "by more than 4%" in decision.reason
+
+
 def test_min_gain_0_turns_the_rule_off():
     flat = [(100.0, 10.0)] * 20
     decision = decide(_trials(flat), StopRule(min_gain=0.0, min_trials=6, patience=4))

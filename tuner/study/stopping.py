@@ -7,10 +7,11 @@
 
 `--trials N` stays the cap. Before that, the study stops when all of these hold:
 
-0. a trial within the SLOs beats sglang's defaults (the default trial) in the measure: a
-   study whose front is still the defaults has not found what it is for yet, and ran on in the
-   quality benchmark's worst stopped seeds (0.66-0.76 of the full study's best: the defaults),
-   so it goes on to `--trials` rather than recommend them;
+0. a trial within the SLOs beats sglang's defaults (the default trial) in the measure by more
+   than a window's move must (`defaults_gain`): a study whose front is still the defaults has
+   not found what it is for yet, and ran on in the quality benchmark's worst stopped seeds
+   (0.66-0.76 of the full study's best: the defaults), so it goes on to `--trials` rather than
+   recommend them; a front ahead of them by a rerun's noise is still theirs;
 1. at least `min_trials` configurations were launched (sglang's defaults, the guide's warm
    start and its first refitted picks come before; skips and repeats do not count, as for the
    budget: tuner/study/budget.py);
@@ -151,6 +152,12 @@ class StopRule:
     # (2.0: it measured more than 3x an upper limit): after min_trials + patience launches
     # that came no closer, the limits are out of reach. None: off.
     out_of_reach: float | None = 2.0
+    # How far a trial within the SLOs must beat sglang's defaults (the default trial) before the
+    # study may stop. None: as far as a window's move must (`max(min_gain, 2 * noise)`): a
+    # memory fraction of the defaults' run that measured 1.6% above them by noise alone
+    # stopped a study at the defaults, 0.66 of its full study's best
+    # (benchmarks/results/beat_defaults.md). 0: any margin.
+    defaults_gain: float | None = None
 
     @property
     def enabled(self) -> bool:
@@ -254,12 +261,14 @@ def decide(
         return keep_going(
             f"no trial within the SLOs before the last {rule.patience}: nothing to judge by"
         )
-    default = next((p for t, p in points if t.user_attrs.get(record.IS_DEFAULT)), None)
-    others = [p for t, p in feasible if not t.user_attrs.get(record.IS_DEFAULT)]
-    if default is not None and front_move([default], others, rule.measure) <= 0:
-        return keep_going("no trial within the SLOs has beaten sglang's defaults yet")
     noise = rule.noise
     threshold = max(rule.min_gain, 2 * noise)
+    default = next((p for t, p in points if t.user_attrs.get(record.IS_DEFAULT)), None)
+    others = [p for t, p in feasible if not t.user_attrs.get(record.IS_DEFAULT)]
+    by = threshold if rule.defaults_gain is None else rule.defaults_gain
+    if default is not None and front_move([default], others, rule.measure) <= by:
+        margin = f" by more than {by:.0%}" if by > 0 else ""
+        return keep_going(f"no trial within the SLOs has beaten sglang's defaults{margin} yet")
     again = (
         _remeasured(launched, split, alike, rule.remeasure_tolerance)
         if alike is not None
