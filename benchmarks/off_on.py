@@ -58,6 +58,9 @@ TOGGLE names the change (`TOGGLES`):
 - `beat-defaults`: the study may stop only once a trial within the SLOs beats sglang's
   defaults by more than a window's move must (tuner/study/stopping.py `defaults_gain`; off: by
   any margin). A stop rule's change only: the full study is run once (`STOP_ONLY`).
+- `fresh-picks`: the estimate's picks pass over a configuration it scores exactly as a
+  measured trial (tuner/study/guide.py `fresh_picks`; off, the default: only for the capacity
+  goal).
 - `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
   measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
@@ -194,6 +197,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "cut-edges": _local_search("cut_edges", True, off=False),
     "remeasure": _guide("remeasure_checks"),
     "beat-defaults": _beat_defaults,
+    "fresh-picks": _guide("fresh_picks"),
 }
 
 

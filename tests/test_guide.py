@@ -221,6 +221,43 @@ def test_a_number_the_estimate_cannot_read_keeps_the_corrected_estimates_pool():
     assert guide._off_neutral({**params, "schedule_policy": "lpm"}) == ["schedule_policy"]
 
 
+class _RunningOnly:
+    """An estimate that reads the running cap alone: the memory fraction changes nothing it sees
+    (a full-attention model whose KV pool stays unfilled at either fraction)."""
+
+    capacity = False
+
+    def score(self, flags: dict[str, object]) -> float:
+        return float(flags.get("max_running_requests") or 0)  # type: ignore[arg-type]
+
+
+def test_the_estimate_picks_no_configuration_it_scores_as_a_measured_one():
+    from tuner.space.load import space_from_dict
+    from tuner.study.guide import _key
+
+    space = space_from_dict(
+        {
+            "model_path": "m",
+            "params": {
+                "max_running_requests": {"low": 1, "high": 16, "log": True},
+                "mem_fraction_static": {"low": 0.7, "high": 0.95, "step": 0.01},
+            },
+            "workload": {"kind": "random"},
+            "bench": {"concurrency": 16},
+        }
+    )
+    measured = {"max_running_requests": 16, "mem_fraction_static": 0.9}
+    picks = {}
+    for fresh in (True, False):
+        guide = Guide(space, _RunningOnly(), GuideConfig(fresh_picks=fresh), seed=0)  # type: ignore[arg-type]
+        picks[fresh] = guide._best_candidate({_key(measured)}, [measured])
+    # Off: the top cap again at another memory fraction, the run the study measured.
+    assert picks[False] is not None and picks[False]["max_running_requests"] == 16
+    assert picks[False]["mem_fraction_static"] != 0.9
+    # On: the best configuration it expects something new from.
+    assert picks[True] is not None and picks[True]["max_running_requests"] < 16
+
+
 def test_the_guides_flag_cache_stays_bounded(monkeypatch):
     from tuner.study import guide as guide_module
 

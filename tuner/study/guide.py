@@ -106,6 +106,14 @@ class GuideConfig:
     # (tuner/study/stopping.py REMEASURE_CHECK): one measurement of a p99 tail cannot tell
     # 10.9 ms from 11.1 ms against an 11 ms limit. False: no trial is measured twice.
     remeasure_checks: bool = True
+    # The estimate's picks pass over a configuration it scores exactly as a measured trial (a
+    # memory fraction that leaves a full-attention model's KV pool unfilled either way), as
+    # they do for the capacity goal's caps above the slots sglang settles on. Measured and left
+    # off (benchmarks/results/fresh_picks.md): tpot-8b's stopped studies spent 2.7-2.8 points
+    # less of the GPU hours, but in slow constants' open loop one full study found nothing
+    # within the SLO and the median share rose above half. False: in closed and open loops
+    # the best untried configuration is picked however it scores.
+    fresh_picks: bool = False
 
 
 # Configurations whose flags the guide keeps: its candidates and climbs (a few thousand) with
@@ -525,9 +533,9 @@ class Guide:
             for key, params in self._seen.items()
             if key not in tried and self._as_estimated(key) not in seen_tried
         ]
-        if estimator.capacity and measured:
-            # Caps above the slots sglang settles on change nothing the estimate sees: a pick
-            # it scores exactly as a measured trial would teach it nothing new.
+        if measured and (estimator.capacity or self.config.fresh_picks):
+            # A pick it scores exactly as a measured trial would teach it nothing new (caps
+            # above the slots sglang settles on; a KV pool unfilled at either memory fraction).
             known = {round(score(dict(p)), 9) for p in measured}
             untried = [p for p in untried if round(score(p), 9) not in known] or untried
         # Of configurations it scores alike, the one with its unread flags at their defaults.
