@@ -235,27 +235,17 @@ def test_the_estimate_picks_no_configuration_it_scores_as_a_measured_one():
     from tuner.space.load import space_from_dict
     from tuner.study.guide import _key
 
-    space = space_from_dict(
-        {
-            "model_path": "m",
-            "params": {
-                "max_running_requests": {"low": 1, "high": 16, "log": True},
-                "mem_fraction_static": {"low": 0.7, "high": 0.95, "step": 0.01},
-            },
-            "workload": {"kind": "random"},
-            "bench": {"concurrency": 16},
-        }
-    )
-    measured = {"max_running_requests": 16, "mem_fraction_static": 0.9}
+    space = space_from_dict(_TPOT_SPACE)  # a running cap of 1-64 and a memory fraction
+    measured = {"max_running_requests": 64, "mem_fraction_static": 0.9}
     picks = {}
     for fresh in (True, False):
         guide = Guide(space, _RunningOnly(), GuideConfig(fresh_picks=fresh), seed=0)  # type: ignore[arg-type]
         picks[fresh] = guide._best_candidate({_key(measured)}, [measured])
     # Off: the top cap again at another memory fraction, the run the study measured.
-    assert picks[False] is not None and picks[False]["max_running_requests"] == 16
+    assert picks[False] is not None and picks[False]["max_running_requests"] == 64
     assert picks[False]["mem_fraction_static"] != 0.9
     # On: the best configuration it expects something new from.
-    assert picks[True] is not None and picks[True]["max_running_requests"] < 16
+    assert picks[True] is not None and picks[True]["max_running_requests"] < 64
 
 
 def test_the_guides_flag_cache_stays_bounded(monkeypatch):
