@@ -49,6 +49,7 @@ from tuner.results.goals import (
     SUSTAINED_RATE,
     as_float,
     is_capacity,
+    slo_margins,
     slo_words,
 )
 from tuner.space.model import ParamSpec, SearchSpace, active_values, same_value
@@ -396,14 +397,12 @@ class Guide:
             return None
         miss = max(close, key=lambda t: (record.least_slo_margin(t), t.values[0]))
         gain = float(miss.values[0]) / float(ref.values[0]) - 1
-        graded = record.trial_constraints(miss)
-        slo = max(self.space.slos, key=lambda s: graded.get(f"slo:{s.metric}", -math.inf))
+        slo, margin = slo_margins(record.trial_constraints(miss), self.space.slos)[0]
         return Outlook(
             dict(miss.params),
             gain,
-            f"trial {miss.number} missed {slo_words(slo)} by {-record.least_slo_margin(miss):.1%}, "
-            f"less than a rerun's noise, with {gain:+.1%} over trial {ref.number}: it is "
-            "measured again",
+            f"trial {miss.number} missed {slo_words(slo)} by {-margin:.1%}, less than a rerun's "
+            f"noise, with {gain:+.1%} over trial {ref.number}: it is measured again",
             REMEASURE_CHECK,
         )
 

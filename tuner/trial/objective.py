@@ -420,8 +420,6 @@ def _pooled(
     return pooled, replace(point, throughput=throughput, latency=latency)
 
 
-# What a trial measured or was told, as opposed to who ran it and why it was queued.
-# Longest wait for another worker measuring the same flags (a launch plus a benchmark).
 def _finite(value: Any) -> float:
     try:
         number = float(value)
