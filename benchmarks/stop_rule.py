@@ -1,6 +1,6 @@
 """What the stop rule saves and loses: studies that stop by themselves against 40 full trials.
 
-    python benchmarks/stop_rule.py                 # seed space, 5 seeds (the README figures)
+    python benchmarks/stop_rule.py                 # seed space, 5 seeds (docs/quality.md)
     python benchmarks/stop_rule.py --seeds 10 --space search_spaces/qwen3-8b-h200.yaml
 
 For each seed, the same study twice through the quality benchmark's harness
