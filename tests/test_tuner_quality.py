@@ -57,6 +57,8 @@ def test_fast_run_writes_well_formed_figures(tmp_path):
             assert len(seeds) == 1
             for f in seeds:
                 assert 0.0 <= f["best_fraction"] <= 1.05, (name, f)
+                # Trials within the SLOs noise-free are some of those measured within them.
+                assert 0.0 <= f["feasible_fraction"] <= f["best_fraction"], (name, f)
                 assert 0.0 <= f["hv_fraction"] <= 1.05, (name, f)
                 assert f["gpu_hours"] >= 0 and f["crashed"] >= 0, (name, f)
                 assert f["pruned"] >= 0 and f["skipped"] >= 0, (name, f)

@@ -1,0 +1,73 @@
+"""The held-out cells of the quality benchmark (benchmarks/heldout/) stay runnable and stay worlds.
+
+They are the judge of the search, never measured to choose between its variants, so nothing
+else would notice a space file that no longer loads or a world whose path no longer resolves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tuner.host import read_host_facts
+from tuner.predict.gpu_specs import gpu_spec
+from tuner.space import load_space
+from tuner.space.load import read_space_file
+from tuner.study import StudyOptions, launch_target
+
+ROOT = Path(__file__).resolve().parent.parent
+HELDOUT = ROOT / "benchmarks" / "heldout"
+SPACES = sorted(p for p in HELDOUT.glob("*.yaml") if not p.name.startswith("world-"))
+
+
+def test_there_are_held_out_cells_on_each_world():
+    worlds = {load_space(p).sim["profile_overrides"] for p in SPACES}
+    assert len(SPACES) >= 3
+    assert worlds == {f"benchmarks/heldout/{p.name}" for p in HELDOUT.glob("world-*.yaml")}
+
+
+@pytest.mark.parametrize("path", SPACES, ids=lambda p: p.stem)
+def test_a_held_out_space_loads_with_its_world(path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the spaces name their world relative to the repository root
+    space = load_space(path)
+    world = Path(space.sim["profile_overrides"])
+    assert world.is_file(), world
+    # None of the development worlds is reused.
+    assert not (ROOT / "benchmarks" / "worlds" / world.name).exists()
+
+
+def test_the_draft_world_hides_its_gpu_from_the_spec_table(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    space = load_space(HELDOUT / "llama8b-rag.yaml")
+    target = launch_target(space, StudyOptions(engine="sim"))
+    host = read_host_facts("sim", target.module, target.extra_args, space.model_path)
+    assert host.gpu_name == "NVIDIA Hopper Engineering Board 80 GB"
+    assert gpu_spec(host.gpu_name) is None
+    # Without the world the same space runs on a GPU the table knows.
+    plain = read_space_file(HELDOUT / "llama8b-rag.yaml").build(
+        sim={k: v for k, v in space.sim.items() if k != "profile_overrides"}
+    )
+    target = launch_target(plain, StudyOptions(engine="sim"))
+    host = read_host_facts("sim", target.module, target.extra_args, plain.model_path)
+    assert gpu_spec(host.gpu_name) is not None
+
+
+def test_the_kernels_world_changes_what_the_simulator_measures(monkeypatch):
+    from benchmarks.oracle_measurer import OracleCache
+    from benchmarks.quality.truth import Oracle
+
+    monkeypatch.chdir(ROOT)
+    source = read_space_file(HELDOUT / "llama8b-chat.yaml")
+    space = source.build()
+    plain = source.build(sim={k: v for k, v in space.sim.items() if k != "profile_overrides"})
+    params = {
+        "mem_fraction_static": 0.9,
+        "schedule_policy": "fcfs",
+        "max_running_requests": 16,
+        "chunked_prefill_size": 4096,
+    }
+    held, shipped = (Oracle(s, OracleCache(s)).of_params(params)[1] for s in (space, plain))
+    assert held.feasible and shipped.feasible
+    # Slower kernels and a costlier scheduler: the same configuration serves less.
+    assert held.throughput < 0.95 * shipped.throughput, (held, shipped)
