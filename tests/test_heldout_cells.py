@@ -10,15 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from tuner.host import read_host_facts
+from benchmarks.quality.study import host_facts
 from tuner.predict.gpu_specs import gpu_spec
-from tuner.space import load_space
+from tuner.space import SearchSpace, load_space
 from tuner.space.load import read_space_file
-from tuner.study import StudyOptions, launch_target
 
 ROOT = Path(__file__).resolve().parent.parent
 HELDOUT = ROOT / "benchmarks" / "heldout"
 SPACES = sorted(p for p in HELDOUT.glob("*.yaml") if not p.name.startswith("world-"))
+
+
+def _with_and_without_world(path: Path) -> tuple[SearchSpace, SearchSpace]:
+    """The held-out space as written, and the same space on the shipped simulator profiles."""
+    source = read_space_file(path)
+    space = source.build()
+    return space, source.build(sim={k: v for k, v in space.sim.items() if k != "profile_overrides"})
 
 
 def test_there_are_held_out_cells_on_each_world():
@@ -39,18 +45,12 @@ def test_a_held_out_space_loads_with_its_world(path, monkeypatch):
 
 def test_the_draft_world_hides_its_gpu_from_the_spec_table(monkeypatch):
     monkeypatch.chdir(ROOT)
-    space = load_space(HELDOUT / "llama8b-rag.yaml")
-    target = launch_target(space, StudyOptions(engine="sim"))
-    host = read_host_facts("sim", target.module, target.extra_args, space.model_path)
-    assert host.gpu_name == "NVIDIA Hopper Engineering Board 80 GB"
-    assert gpu_spec(host.gpu_name) is None
+    space, plain = _with_and_without_world(HELDOUT / "llama8b-rag.yaml")
+    name = host_facts(space).gpu_name
+    assert name == "NVIDIA Hopper Engineering Board 80 GB"
+    assert gpu_spec(name) is None
     # Without the world the same space runs on a GPU the table knows.
-    plain = read_space_file(HELDOUT / "llama8b-rag.yaml").build(
-        sim={k: v for k, v in space.sim.items() if k != "profile_overrides"}
-    )
-    target = launch_target(plain, StudyOptions(engine="sim"))
-    host = read_host_facts("sim", target.module, target.extra_args, plain.model_path)
-    assert gpu_spec(host.gpu_name) is not None
+    assert gpu_spec(host_facts(plain).gpu_name) is not None
 
 
 def test_the_kernels_world_changes_what_the_simulator_measures(monkeypatch):
@@ -58,9 +58,7 @@ def test_the_kernels_world_changes_what_the_simulator_measures(monkeypatch):
     from benchmarks.quality.truth import Oracle
 
     monkeypatch.chdir(ROOT)
-    source = read_space_file(HELDOUT / "llama8b-chat.yaml")
-    space = source.build()
-    plain = source.build(sim={k: v for k, v in space.sim.items() if k != "profile_overrides"})
+    space, plain = _with_and_without_world(HELDOUT / "llama8b-chat.yaml")
     params = {
         "mem_fraction_static": 0.9,
         "schedule_policy": "fcfs",

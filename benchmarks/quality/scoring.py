@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchmarks.quality.study import StudyRun
-from benchmarks.quality.truth import OptimumReport, area
+from benchmarks.quality.study import StudyRun, TrialLog
+from benchmarks.quality.truth import OptimumReport, Truth, area
 from tuner.results import record
 
 REACH = 0.95  # "trials to reach 95% of the oracle's best"
@@ -42,11 +42,17 @@ def _padded(curve: list[float], length: int) -> list[float]:
     return curve + [curve[-1] if curve else 0.0] * (length - len(curve))
 
 
+def _recorded(t: TrialLog) -> Truth | None:
+    """The noise-free truth of a launched trial the tuner recorded as complete and
+    SLO-feasible; None for any other trial."""
+    return t.truth if t.counted and t.truth is not None and t.truth.launch_ok else None
+
+
 def best_so_far(run: StudyRun, optimum: OptimumReport) -> list[float]:
     best, curve = 0.0, []
     for t in run.trials:
-        if t.counted and t.truth is not None and t.truth.launch_ok:
-            best = max(best, t.truth.throughput)
+        if (truth := _recorded(t)) is not None:
+            best = max(best, truth.throughput)
         curve.append(best / optimum.best_throughput)
     return curve
 
@@ -55,17 +61,10 @@ def figures(run: StudyRun, optimum: OptimumReport, budget: int) -> Figures:
     trials = run.trials[:budget]
     curve = best_so_far(run, optimum)[:budget]
     reach = next((i for i, f in enumerate(curve) if f >= REACH), None)
-    points = [
-        (t.truth.throughput, t.truth.latency)
-        for t in trials
-        if t.counted and t.truth is not None and t.truth.launch_ok
-    ]
+    recorded = [truth for t in trials if (truth := _recorded(t)) is not None]
+    points = [(truth.throughput, truth.latency) for truth in recorded]
     hv = area(points, optimum.reference_latency) / optimum.hypervolume
-    truly = [
-        t.truth.throughput
-        for t in trials
-        if t.counted and t.truth is not None and t.truth.launch_ok and t.truth.feasible
-    ]
+    truly = [truth.throughput for truth in recorded if truth.feasible]
     gpu = [t.gpu_s for t in trials]
     return Figures(
         best_fraction=curve[-1] if curve else 0.0,
