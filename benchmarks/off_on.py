@@ -58,6 +58,9 @@ TOGGLE names the change (`TOGGLES`):
 - `beat-defaults`: the study may stop only once a trial within the SLOs beats sglang's
   defaults by more than a window's move must (tuner/study/stopping.py `defaults_gain`; off: by
   any margin). A stop rule's change only: the full study is run once (`STOP_ONLY`).
+- `defaults-until`: a study whose front is still sglang's defaults may stop after 24 launches
+  (tuner/study/stopping.py `defaults_until`; off: never, it runs to `--trials`). A stop rule's
+  change only, as `beat-defaults`.
 - `fresh-picks`: the estimate's picks pass over a configuration it scores exactly as a
   measured trial (tuner/study/guide.py `fresh_picks`; off, the default: only for the capacity
   goal).
@@ -71,7 +74,8 @@ best seen (median, and the worst seed), its modelled GPU hours, the launched tri
 best reached 99% of that (median; 41: never), the stopped study's GPU hours and their share
 of its own full study's, the stopped study's best over its full study's, and the share of the
 full study's front the stopped study's front keeps (`front_kept`, the stop rule's measure).
-WORLDS and SPACES are comma-separated names (benchmarks/quality/worlds.py). With `per-seed`,
+WORLDS and SPACES are comma-separated names (benchmarks/quality/worlds.py); a SPACE that is a
+file (`benchmarks/heldout/*.yaml`) runs as it is, in its own world, once per WORLD. With `per-seed`,
 a second table gives each seed's stopped study: its best over its full study's, its launches
 and its share of the full study's GPU hours, off -> on.
 """
@@ -171,6 +175,17 @@ def _beat_defaults(method: Any, on: bool) -> tuple[Any, AbstractContextManager[A
     return method, _patched(study, "StopRule", rule)
 
 
+def _defaults_until(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+    from functools import partial
+
+    from benchmarks.quality import study
+    from tuner.study.stopping import StopRule
+
+    # Off: a front that is still the defaults never stops the study; on: the rule's default.
+    rule = partial(StopRule, defaults_until=None if on else 10**9)
+    return method, _patched(study, "StopRule", rule)
+
+
 TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]] = {
     "slo-cut": _slo_cut,
     "doomed": _local_search("doomed_penalty", 3.0),
@@ -197,13 +212,14 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "cut-edges": _local_search("cut_edges", True, off=False),
     "remeasure": _guide("remeasure_checks"),
     "beat-defaults": _beat_defaults,
+    "defaults-until": _defaults_until,
     "fresh-picks": _guide("fresh_picks"),
 }
 
 
 # Toggles of the stop rule alone: a full study (no stop rule) runs the same off and on, so it is
 # run once.
-STOP_ONLY = frozenset({"beat-defaults"})
+STOP_ONLY = frozenset({"beat-defaults", "defaults-until"})
 
 
 def outcome(run: Any) -> Outcome:

@@ -69,3 +69,47 @@ def test_the_kernels_world_changes_what_the_simulator_measures(monkeypatch):
     assert held.feasible and shipped.feasible
     # Slower kernels and a costlier scheduler: the same configuration serves less.
     assert held.throughput < 0.95 * shipped.throughput, (held, shipped)
+
+
+def test_the_state_world_makes_speculation_pay_less(monkeypatch):
+    from benchmarks.oracle_measurer import OracleCache
+    from benchmarks.quality.truth import Oracle
+
+    monkeypatch.chdir(ROOT)
+    space, plain = _with_and_without_world(HELDOUT / "qwen27b-h200-chat.yaml")
+    base = {
+        "mem_fraction_static": 0.9,
+        "mamba_radix_cache_strategy": "extra_buffer",
+        "schedule_policy": "fcfs",
+        "max_running_requests": 16,
+        "chunked_prefill_size": 4096,
+    }
+    mtp = {
+        **base,
+        "speculative_algorithm": "NEXTN",
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_adaptive": None,
+    }
+
+    def gain(s: SearchSpace) -> float:
+        oracle = Oracle(s, OracleCache(s))
+        off, on = (oracle.of_params(p)[1] for p in ({**base, "speculative_algorithm": None}, mtp))
+        assert off.feasible and on.feasible
+        return on.throughput / off.throughput
+
+    # A weaker, decaying MTP head and costlier speculation: 3 steps gain less than as shipped
+    # (1.19x against 1.60x).
+    assert gain(space) < gain(plain) - 0.2
+
+
+def test_a_cell_file_runs_in_its_own_world_for_off_on(monkeypatch):
+    # benchmarks/off_on.py takes a space file among its SPACES (the spent chat cell): as written.
+    from benchmarks.quality.truth import world_oracle
+
+    monkeypatch.chdir(ROOT)
+    space, _oracle = world_oracle("benchmarks/heldout/llama8b-chat.yaml", "decay")
+    assert space.name == "heldout-llama8b-chat"
+    assert space.sim["profile_overrides"] == "benchmarks/heldout/world-a.yaml"
+    named, _ = world_oracle("seed-3s", "decay")
+    assert named.sim["profile_overrides"].endswith("decay.yaml")

@@ -117,6 +117,23 @@ def test_a_study_whose_front_is_still_sglangs_defaults_goes_on():
     assert decide(_trials(beaten), RULE).stop
 
 
+def test_a_front_still_at_sglangs_defaults_stops_after_defaults_until_launches():
+    # The defaults are this space's best: nothing within the SLOs beats them, run after run.
+    points = [("default", 100.0, 10.0)] + [(99.0, 10.0), ("slo", 110.0, 9.0)] * 7
+    assert RULE.min_trials + 2 * RULE.patience == 14  # the lapse's default for this rule
+    decision = decide(_trials(points[:13]), RULE)
+    assert not decision.stop and "beaten sglang's defaults" in decision.reason
+    decision = decide(_trials(points[:14]), RULE)
+    assert decision.stop
+    assert "no trial beat sglang's defaults by more than 1% in 14 launches" in decision.reason
+    # Set apart from the window's other conditions: a front still moving keeps it going.
+    moving = [*points[:13], (98.0, 8.0)]
+    assert not decide(_trials(moving), RULE).stop
+    # Given explicitly: never (the rule before the lapse), or sooner.
+    assert not decide(_trials(points), replace(RULE, defaults_until=10**9)).stop
+    assert decide(_trials(points[:10]), replace(RULE, defaults_until=10)).stop
+
+
 def test_beating_sglangs_defaults_by_noise_alone_is_not_beating_them():
     # A trial 1.5% above the defaults (the same run measured again, say) and a plateau after it.
     points = [("default", 100.0, 10.0), (101.5, 10.0)] + [(90.0, 12.0)] * 4

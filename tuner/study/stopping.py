@@ -11,7 +11,9 @@
    than a window's move must (`defaults_gain`): a study whose front is still the defaults has
    not found what it is for yet, and ran on in the quality benchmark's worst stopped seeds
    (0.66-0.76 of the full study's best: the defaults), so it goes on to `--trials` rather than
-   recommend them; a front ahead of them by a rerun's noise is still theirs;
+   recommend them; a front ahead of them by a rerun's noise is still theirs. After
+   `defaults_until` launches (24) the condition lapses: that many configurations that found
+   nothing better say the defaults are the answer, and the reason says so;
 1. at least `min_trials` configurations were launched (sglang's defaults, the guide's warm
    start and its first refitted picks come before; skips and repeats do not count, as for the
    budget: tuner/study/budget.py);
@@ -158,6 +160,13 @@ class StopRule:
     # stopped a study at the defaults, 0.66 of its full study's best
     # (benchmarks/results/beat_defaults.md). 0: any margin.
     defaults_gain: float | None = None
+    # Launches after which a front that is still the defaults may stop all the same: that many
+    # configurations found nothing better, and the defaults are this space's answer as far as
+    # the trials show. None: `min_trials + 2 * patience` (24). Without it a space whose defaults
+    # are already near its best never stopped (a chat space in a world of slower kernels: the
+    # defaults at 0.995 of the optimum, 2 of 5 seeds ran all 40 trials;
+    # benchmarks/results/defaults_lapse.md).
+    defaults_until: int | None = None
 
     @property
     def enabled(self) -> bool:
@@ -266,8 +275,12 @@ def decide(
     default = next((p for t, p in points if t.user_attrs.get(record.IS_DEFAULT)), None)
     others = [p for t, p in feasible if not t.user_attrs.get(record.IS_DEFAULT)]
     by = threshold if rule.defaults_gain is None else rule.defaults_gain
-    if default is not None and front_move([default], others, rule.measure) <= by:
-        margin = f" by more than {by:.0%}" if by > 0 else ""
+    margin = f" by more than {by:.0%}" if by > 0 else ""
+    at_defaults = default is not None and front_move([default], others, rule.measure) <= by
+    until = (
+        rule.min_trials + 2 * rule.patience if rule.defaults_until is None else rule.defaults_until
+    )
+    if at_defaults and n < until:
         return keep_going(f"no trial within the SLOs has beaten sglang's defaults{margin} yet")
     again = (
         _remeasured(launched, split, alike, rule.remeasure_tolerance)
@@ -299,6 +312,10 @@ def decide(
         noise_note += (
             f"; {len(again)} of them re-measured configurations the estimate cannot tell from "
             "earlier ones"
+        )
+    if at_defaults:
+        noise_note += (
+            f"; no trial beat sglang's defaults{margin} in {n} launches: they are the answer"
         )
     found_none = "the check" if len(checks) == 1 else f"the last {len(checks)} checks"
     model_note = (
