@@ -164,26 +164,21 @@ def _blind_checks(method: Any, on: bool) -> tuple[Any, AbstractContextManager[An
     return method, _patched(stopping, "COUNTED_CHECKS", frozenset(counted))
 
 
-def _beat_defaults(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
-    from functools import partial
+def _stop_rule(
+    field: str, off: Any
+) -> Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]:
+    """A toggle of one `StopRule` field: off sets `off`, on keeps the rule's default."""
 
-    from benchmarks.quality import study
-    from tuner.study.stopping import StopRule
+    def toggle(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+        from functools import partial
 
-    # Off: any margin over sglang's defaults lets the study stop; on: the rule's default.
-    rule = partial(StopRule, defaults_gain=None if on else 0.0)
-    return method, _patched(study, "StopRule", rule)
+        from benchmarks.quality import study
+        from tuner.study.stopping import StopRule
 
+        rule = StopRule if on else partial(StopRule, **{field: off})
+        return method, _patched(study, "StopRule", rule)
 
-def _defaults_until(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
-    from functools import partial
-
-    from benchmarks.quality import study
-    from tuner.study.stopping import StopRule
-
-    # Off: a front that is still the defaults never stops the study; on: the rule's default.
-    rule = partial(StopRule, defaults_until=None if on else 10**9)
-    return method, _patched(study, "StopRule", rule)
+    return toggle
 
 
 TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]] = {
@@ -211,8 +206,8 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "known-blind": _local_search("blind_known_skip", True, off=False),
     "cut-edges": _local_search("cut_edges", True, off=False),
     "remeasure": _guide("remeasure_checks"),
-    "beat-defaults": _beat_defaults,
-    "defaults-until": _defaults_until,
+    "beat-defaults": _stop_rule("defaults_gain", 0.0),  # off: any margin over the defaults
+    "defaults-until": _stop_rule("defaults_until", 10**9),  # off: the defaults never stop it
     "fresh-picks": _guide("fresh_picks"),
 }
 
