@@ -61,13 +61,19 @@ TOGGLE names the change (`TOGGLES`):
 - `defaults-until`: a study whose front is still sglang's defaults may stop after 24 launches
   (tuner/study/stopping.py `defaults_until`; off: never, it runs to `--trials`). A stop rule's
   change only, as `beat-defaults`.
+- `valley`: of trials one number apart that all miss the same SLO, the two beside the one
+  that misses by least, when both miss by less than 10% of the limit with more throughput than
+  the best trial within the SLOs, have the number halfway tried at the edge moves' level, and
+  the stop rule measures it before it stops (tuner/study/local_search.py `valley_level`; off:
+  None).
 - `fresh-picks`: the estimate's picks pass over a configuration it scores exactly as a
   measured trial (tuner/study/guide.py `fresh_picks`; off, the default: only for the capacity
   goal).
 - `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
   measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
-For each world x space x seed it runs the default method for the whole 40 trials and with the
+For each world x space x seed it runs the default method (`OFF_ON_METHOD=model-free` in the
+environment: another of benchmarks/quality/methods.py) for the whole 40 trials and with the
 stop rule (`--min-gain`'s default, as the quick start), each with the change off and on, and prints
 per cell: the full study's best noise-free SLO-feasible throughput as a share of the cell's
 best seen (median, and the worst seed), its modelled GPU hours, the launched trials until its
@@ -82,6 +88,7 @@ and its share of the full study's GPU hours, off -> on.
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 from collections.abc import Callable, Iterator
@@ -194,6 +201,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "blind-checks": _blind_checks,
     "edge-checks": _guide("edge_checks"),
     "edge-tie": _local_search("edge_tie", 0.02),
+    "valley": _local_search("valley_level", -20.0, off=None),
     "edge-probe": _guide("edge_probes"),
     "probe-polish": _configs(
         {"probe_level": None, "edge_margin": 0.0}, {"probe_level": -20.0, "edge_margin": 0.0}
@@ -250,7 +258,7 @@ def _cell_seed(task: tuple[str, str, str, int]) -> tuple[str, str, int, Runs]:
     quiet_optuna()
     space, oracle = world_oracle(space_name, world)
     noise = NoiseModel(0.02, 0.02, 0.05)
-    default = next(m for m in METHODS if m.name == "default")
+    default = next(m for m in METHODS if m.name == os.environ.get("OFF_ON_METHOD", "default"))
     out: Runs = {}
     for state in ("off", "on"):
         stop = replace(default, min_gain=DEFAULT_MIN_GAIN)

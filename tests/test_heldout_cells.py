@@ -112,3 +112,27 @@ def test_a_cell_file_runs_in_its_own_world_for_off_on(monkeypatch):
     assert space.sim["profile_overrides"] == "benchmarks/heldout/world-a.yaml"
     named, _ = world_oracle("seed-3s", "decay")
     assert named.sim["profile_overrides"].endswith("decay.yaml")
+
+
+def test_the_verify_world_puts_the_tpot_limit_at_the_bottom_of_the_draft_steps(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    base = {
+        "mem_fraction_static": 0.9,
+        "schedule_policy": "fcfs",
+        "max_running_requests": 16,
+        "chunked_prefill_size": 8192,
+        "speculative_algorithm": "EAGLE",
+        "speculative_eagle_topk": 1,
+        "speculative_draft_model_path": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+    }
+    steps = (2, 4, 5)
+    runs = _in_world_and_shipped(
+        HELDOUT / "llama8b-rtx-chat-tpot.yaml",
+        *({**base, "speculative_num_steps": k} for k in steps),
+    )
+    tpot = {k: held.slo_values[1] for k, (held, _shipped) in zip(steps, runs, strict=True)}
+    shipped = {k: s.slo_values[1] for k, (_held, s) in zip(steps, runs, strict=True)}
+    # A decaying draft and costlier verify batches: p99 TPOT is least at 4 steps, the only
+    # one of the three within the cell's 14 ms (2 steps 15.4, 4 steps 13.8, 5 steps 14.3).
+    assert tpot[4] < 14 < min(tpot[2], tpot[5]), tpot
+    assert shipped[5] < shipped[4], shipped  # as shipped, the deepest draft runs fastest

@@ -57,7 +57,14 @@ from tuner.study.budget import measured_count
 from tuner.study.local_search import LocalSearch, LocalSearchConfig, neutral
 from tuner.study.options import StudyOptions
 from tuner.study.residuals import ResidualModel
-from tuner.study.stopping import BLIND_CHECK, EDGE_CHECK, EDGE_PROBE, REMEASURE_CHECK, Outlook
+from tuner.study.stopping import (
+    BLIND_CHECK,
+    EDGE_CHECK,
+    EDGE_PROBE,
+    REMEASURE_CHECK,
+    VALLEY_CHECK,
+    Outlook,
+)
 from tuner.trial.identical import launches
 from tuner.trial.same_run import SameRunRules
 
@@ -297,8 +304,9 @@ class Guide:
         both scored by the same estimate (tuner/study/stopping.py). Before it, a move from the
         best trial the estimate cannot rank (not one the study measured worse from another
         trial: `blind_known_skip`), then an SLO edge next to the best trial that is not
-        bisected and could gain more than `min_gain`. None without an estimate or a feasible
-        trial."""
+        bisected, or a valley between two trials that both miss an SLO by a little
+        (`LocalSearch.valley_move`), that could gain more than `min_gain`. None without an
+        estimate or a feasible trial."""
         if self.estimator is None:
             return None
         trials = study.get_trials(deepcopy=False)
@@ -326,6 +334,12 @@ class Guide:
                 self._local.edge_move(trials, tried) if self.config.edge_checks else None,
                 f"the SLO edge between trial {best.number} (or a trial within {tie:.0%} of its "
                 "throughput) and a trial past it with more throughput is not bisected",
+            ),
+            (
+                VALLEY_CHECK,
+                self._local.valley_move(trials, tried),
+                "two trials one number apart both miss the same SLO by a little, with more "
+                f"throughput than trial {best.number}: the SLO may hold between them",
             ),
             (
                 EDGE_PROBE,

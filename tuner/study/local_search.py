@@ -39,6 +39,13 @@ from the other's range ends. Where no trial one number from the best marks an ed
 rule may *probe* one (`edge_probes`): the best trial with a number in which a trial past the
 edge differs from it set halfway.
 
+An SLO metric need not be monotone in a number: p99 TPOT falls with the draft steps while more
+drafts are accepted and rises once a step costs more than it saves. Where trials that differ
+in one number only all miss the same SLO, the two beside the one that misses by least, if both
+miss by a little and both measured more throughput than the best trial within the SLOs, leave
+the bottom of that metric between them: the number halfway is tried at the edge moves' level
+(a *valley* move), and the stop rule measures it before it stops.
+
 A trial over a TTFT SLO of a closed loop that ran fewer requests at once than there are clients
 (its measured capacity) moves first towards more running slots (a larger memory fraction, a
 higher cap): queueing for a slot is what such a tail waits on. So does a trial of a capacity
@@ -164,6 +171,18 @@ class LocalSearchConfig:
     # recovered, the others ran the same, and two cells' median shares rose 3-5 points.
     # False: only the SLO cut's stops mark one.
     cut_edges: bool = False
+    # Level of a *valley* move (`_valleys`): of trials that differ in one number only and all
+    # miss the same SLOs, the one that misses by least and a neighbour (the nearest value
+    # measured on either side), both by less than `valley_near` of a limit, both with more
+    # throughput than the best trial within the SLOs (any, while none is), and more than
+    # `flat_tolerance` apart in it (else the number changed nothing): the number halfway
+    # between the two. Draft steps 2 and 5 measured a p99 TPOT of 18.9 and 18.8 ms against an
+    # 18 ms limit, 1 step 21.4, and 3 steps met it with the most throughput (docs/quality.md).
+    # A trial within an SLO by less than `edge_margin` counts as one that misses it, as for
+    # the edge moves. The stop rule measures one before it stops (tuner/study/stopping.py
+    # VALLEY_CHECK). None: off.
+    valley_level: float | None = -20.0
+    valley_near: float = 0.10
 
 
 @dataclass(frozen=True)
@@ -218,6 +237,9 @@ class LocalSearch:
                 probe = self._seen_probe(scored, tried, self.rank)
                 if probe is not None:
                     bisections.append((self.config.probe_level, probe[0]))
+        if self.config.valley_level is not None:
+            valleys = self._valleys(scored)
+            bisections += [(self.config.valley_level, p) for p, _past in valleys]
         options += [
             (level, 0.0, self.rng.random(), p) for level, p in bisections if key(p) not in tried
         ]
@@ -369,6 +391,25 @@ class LocalSearch:
             return None
         edges = [(p, past) for p, past in self._edge_bounds(scored) if key(p) not in tried]
         return max(edges, key=lambda pp: pp[1]) if edges else None
+
+    def valley_move(
+        self, trials: Sequence[FrozenTrial], tried: set[tuple[Any, ...]]
+    ) -> tuple[Params, float] | None:
+        """The untried valley move (`_valleys`) whose two trials measured the most throughput
+        (the lesser of the two), with that throughput; None when there is none. The estimate
+        cannot say where between two measured trials an SLO metric bottoms out: the stop rule
+        measures such a move before it stops (tuner/study/stopping.py)."""
+        if self.config.valley_level is None:
+            return None
+        valleys = self._valleys(_scored(trials))
+        return next(((p, past) for p, past in valleys if key(p) not in tried), None)
+
+    def _valleys(self, scored: list[tuple[FrozenTrial, Standing]]) -> list[tuple[Params, float]]:
+        """`_valleys` with this search's nearness and margin."""
+        config = self.config
+        return _valleys(
+            self.space, scored, config.valley_near, config.edge_margin, config.flat_tolerance
+        )
 
     def _edge_bounds(
         self, scored: list[tuple[FrozenTrial, Standing]]
@@ -841,6 +882,79 @@ def _edge_bounds(
                 seen.add(key(middle))
                 out.append((middle, past))
     return out
+
+
+def _valleys(
+    space: SearchSpace,
+    scored: list[tuple[FrozenTrial, Standing]],
+    near: float,
+    margin: float = 0.0,
+    flat: float = 0.0,
+) -> list[tuple[Params, float]]:
+    """The valley moves (LocalSearchConfig.valley_level), each with the lesser throughput of
+    its two trials, the most first. Trials that differ in one number only (a param left out
+    counts as one set to None) are a row; where no trial of a row meets every SLO by `margin`
+    of its limit or more (`LocalSearchConfig.edge_margin`: closer, it may be past it), the one
+    that misses by least and its neighbours in the row (the nearest values measured) are
+    pairs. A pair counts when both miss the same SLOs (or come within `margin` of them), each
+    by less than `near` of its limit, and both measured more throughput than the best trial
+    within the SLOs by `margin` (any, while none is), more than `flat` apart (two memory
+    fractions that run alike, both just past a TTFT limit, are no valley): its move is the
+    number halfway."""
+    top = _top(scored, margin)
+    rows: dict[tuple[str, tuple[Any, ...]], dict[float, tuple[float, FrozenTrial]]] = {}
+    for t, _s in scored:
+        misses = [v for k, v in _slo_constraints(t).items() if k.startswith("slo:")]
+        if not misses:
+            continue
+        for name, value in t.params.items():
+            spec = space.params.get(name)
+            if spec is None or spec.kind not in ("int", "float") or value is None:
+                continue
+            rest = {k: v for k, v in t.params.items() if k != name and v is not None}
+            row = rows.setdefault((name, key(rest)), {})
+            if float(value) not in row or max(misses) < row[float(value)][0]:
+                row[float(value)] = (max(misses), t)
+    out: dict[tuple[Any, ...], tuple[Params, float]] = {}
+    for row in rows.values():
+        values = sorted(row)
+        least = min(range(len(values)), key=lambda i: row[values[i]][0])
+        low = row[values[least]]
+        if low[0] <= -margin:
+            continue  # a value of the row meets every SLO: an edge, not a valley
+        for i in (least - 1, least + 1):
+            if not 0 <= i < len(values):
+                continue
+            pair = (low, row[values[i]])
+            if any(miss > near for miss, _t in pair):
+                continue
+            if _near_broken(pair[0][1], margin) != _near_broken(pair[1][1], margin):
+                continue
+            measured = [_past_throughput(space, t) for _miss, t in pair]
+            throughputs = [p for p in measured if p is not None and p > top]
+            if len(throughputs) < 2 or abs(throughputs[0] / throughputs[1] - 1) <= flat:
+                continue  # below the best, or the number changed nothing measurable
+            middle = _halfway(space, low[1], row[values[i]][1])
+            if middle is not None:
+                past = min(throughputs)
+                if key(middle) not in out or out[key(middle)][1] < past:
+                    out[key(middle)] = (middle, past)
+    return sorted(out.values(), key=lambda pv: pv[1], reverse=True)
+
+
+def _top(scored: list[tuple[FrozenTrial, Standing]], margin: float) -> float:
+    """The throughput of the best trial within the SLOs by `margin` of a limit or more (of the
+    best within them, when none is by that much; 0 when none is)."""
+    feasible = [(t, s[1]) for t, s in scored if s[0] == 1]
+    sure = [v for t, v in feasible if record.least_slo_margin(t) >= margin]
+    return max(sure or [v for _t, v in feasible], default=0.0)
+
+
+def _near_broken(t: FrozenTrial, margin: float) -> frozenset[str]:
+    """The SLO constraints a trial violates or meets by less than `margin` of the limit."""
+    return frozenset(
+        k for k, v in _slo_constraints(t).items() if k.startswith("slo:") and v > -margin
+    )
 
 
 def _sure(

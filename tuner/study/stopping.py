@@ -33,7 +33,10 @@
    where no trial one number from the best marks such an edge, the best trial's number that
    differs most from a trial past the edge is probed halfway
    (`EDGE_PROBE`: the best at 35 running with memory 0.93, the trial past the edge at 64 with
-   0.91): those are measured first, as the estimate's expected gains are.
+   0.91), nor a *valley* between two trials one number apart that both miss the same SLO by
+   a little and measured more than `min_gain` over the best (`VALLEY_CHECK`: draft steps 2 and
+   5 both just past a TPOT limit that 3 steps meet): those are measured first, as the
+   estimate's expected gains are.
    The gain is the estimate's score of its best untried configuration over its score of the
    best measured configuration: the same model on both sides, so its bias cancels and what is
    left is the difference it predicts. When it predicts more, the study measures that configuration
@@ -44,10 +47,10 @@
    meets every SLO by more, is measured again (`REMEASURE_CHECK`): one p99 TPOT measurement
    cannot tell 10.9 ms from 11.1 ms against an 11 ms limit, and a study that took 37 and 38
    running as past it on one measurement each stopped at 34, 0.935 of its full study's best.
-   A blind move's, an edge's, a probe's or a re-measurement's measurement (`BLIND_CHECK`,
-   `EDGE_CHECK`, `EDGE_PROBE`, `REMEASURE_CHECK`) does not count toward `max_checks`: it
-   tested no prediction, and each is measured once (a bisection halves the edge's gap each
-   time). In the tpot-8b space the
+   A blind move's, an edge's, a probe's, a valley's or a re-measurement's measurement
+   (`BLIND_CHECK`, `EDGE_CHECK`, `EDGE_PROBE`, `VALLEY_CHECK`, `REMEASURE_CHECK`) does not
+   count toward `max_checks`: it tested no prediction, and each is measured once (a bisection
+   halves the edge's gap each time). In the tpot-8b space the
    median stopped seed (shipped world) had kept 0.935 of the full study's best, stopping
    before the search bisected the edge. Counted, two blind moves from the best trial
    (HiCache off, the other write policy) used up both checks in a 10 s seed of the quality
@@ -117,6 +120,9 @@ EDGE_CHECK = "edge-check"  # halfway between the best trial and one past an SLO'
 # halfway in one number from the best trial towards a trial past an SLO's edge that differs
 # from it in more than that number (one a study: tuner/study/local_search.py `edge_probe`)
 EDGE_PROBE = "edge-probe"
+# halfway between two trials one number apart that both miss the same SLO by a little, beside
+# the one of their row that misses by least (tuner/study/local_search.py `valley_move`)
+VALLEY_CHECK = "valley-check"
 # the trial that missed an SLO by less than a rerun's noise with the most throughput over the
 # best trial that meets every SLO by more, measured again (once a study: tuner/study/guide.py)
 REMEASURE_CHECK = record.REMEASURE_CHECK
