@@ -492,18 +492,7 @@ def test_before_the_study_stops_it_tries_between_two_trials_just_past_an_slo():
     from tuner.study.local_search import LocalSearchConfig
     from tuner.study.stopping import VALLEY_CHECK
 
-    space = space_from_dict(
-        {
-            "model_path": "m",
-            "params": {
-                "max_running_requests": {"low": 1, "high": 64, "log": True},
-                "mem_fraction_static": {"low": 0.7, "high": 0.95, "step": 0.01},
-            },
-            "workload": {"kind": "random"},
-            "bench": {"concurrency": 64},
-            "slos": ["p99_tpot_ms <= 11"],
-        }
-    )
+    space = space_from_dict(_TPOT_SPACE)
     study = optuna.create_study(directions=["maximize", "minimize"])
     _tpot_trial(study, {"max_running_requests": 8, "mem_fraction_static": 0.8}, 1000.0, -0.1)
     for running, throughput, tpot in ((4, 700.0, 0.2), (16, 1500.0, 0.05), (64, 2000.0, 0.04)):
