@@ -405,7 +405,7 @@ class LocalSearch:
         return next(((p, past) for p, past in valleys if key(p) not in tried), None)
 
     def _valleys(self, scored: list[tuple[FrozenTrial, Standing]]) -> list[tuple[Params, float]]:
-        """`_valleys` with this search's nearness and margin."""
+        """`_valleys` with this search's nearness, margin and flat tolerance."""
         config = self.config
         return _valleys(
             self.space, scored, config.valley_near, config.edge_margin, config.flat_tolerance
