@@ -828,9 +828,10 @@ def _slo_constraints(t: FrozenTrial) -> dict[str, float]:
     return record.trial_constraints(t)
 
 
-def _broken(t: FrozenTrial) -> frozenset[str]:
-    """The SLO constraints a trial violates."""
-    return frozenset(k for k, v in _slo_constraints(t).items() if k != "launch" and v > 0)
+def _broken(t: FrozenTrial, margin: float = 0.0) -> frozenset[str]:
+    """The SLO constraints a trial violates (with `margin`, or meets by less than that share
+    of the limit)."""
+    return frozenset(k for k, v in _slo_constraints(t).items() if k != "launch" and v > -margin)
 
 
 def _windows(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> list[Params]:
@@ -901,20 +902,21 @@ def _valleys(
     within the SLOs by `margin` (any, while none is), more than `flat` apart (two memory
     fractions that run alike, both just past a TTFT limit, are no valley): its move is the
     number halfway."""
-    top = _top(scored, margin)
+    top = max((s[1] for _t, s in _sure(scored, margin) if s[0] == 1), default=0.0)
     rows: dict[tuple[str, tuple[Any, ...]], dict[float, tuple[float, FrozenTrial]]] = {}
     for t, _s in scored:
         misses = [v for k, v in _slo_constraints(t).items() if k.startswith("slo:")]
         if not misses:
             continue
+        miss = max(misses)
         for name, value in t.params.items():
             spec = space.params.get(name)
             if spec is None or spec.kind not in ("int", "float") or value is None:
                 continue
             rest = {k: v for k, v in t.params.items() if k != name and v is not None}
             row = rows.setdefault((name, key(rest)), {})
-            if float(value) not in row or max(misses) < row[float(value)][0]:
-                row[float(value)] = (max(misses), t)
+            if float(value) not in row or miss < row[float(value)][0]:
+                row[float(value)] = (miss, t)
     out: dict[tuple[Any, ...], tuple[Params, float]] = {}
     for row in rows.values():
         values = sorted(row)
@@ -926,9 +928,9 @@ def _valleys(
             if not 0 <= i < len(values):
                 continue
             pair = (low, row[values[i]])
-            if any(miss > near for miss, _t in pair):
+            if any(m > near for m, _t in pair):
                 continue
-            if _near_broken(pair[0][1], margin) != _near_broken(pair[1][1], margin):
+            if _broken(pair[0][1], margin) != _broken(pair[1][1], margin):
                 continue
             measured = [_past_throughput(space, t) for _miss, t in pair]
             throughputs = [p for p in measured if p is not None and p > top]
@@ -940,21 +942,6 @@ def _valleys(
                 if key(middle) not in out or out[key(middle)][1] < past:
                     out[key(middle)] = (middle, past)
     return sorted(out.values(), key=lambda pv: pv[1], reverse=True)
-
-
-def _top(scored: list[tuple[FrozenTrial, Standing]], margin: float) -> float:
-    """The throughput of the best trial within the SLOs by `margin` of a limit or more (of the
-    best within them, when none is by that much; 0 when none is)."""
-    feasible = [(t, s[1]) for t, s in scored if s[0] == 1]
-    sure = [v for t, v in feasible if record.least_slo_margin(t) >= margin]
-    return max(sure or [v for _t, v in feasible], default=0.0)
-
-
-def _near_broken(t: FrozenTrial, margin: float) -> frozenset[str]:
-    """The SLO constraints a trial violates or meets by less than `margin` of the limit."""
-    return frozenset(
-        k for k, v in _slo_constraints(t).items() if k.startswith("slo:") and v > -margin
-    )
 
 
 def _sure(
