@@ -816,6 +816,11 @@ def test_the_bottom_of_an_slo_metric_between_two_step_counts_that_both_miss_it_i
         (0.049, 954.0, 0.19, True),
         (0.15, 954.0, 0.19, False),  # the neighbour misses by more than valley_near (10%)
         (0.049, 850.0, 0.19, False),  # the neighbour measured less than the best feasible trial
+        # The neighbour measured 1.4% more than the best feasible trial (858), under the 3% a
+        # move must be able to gain: in slow constants' seed-tpot cell (seed 0, stop rule) such
+        # a move between memory fractions 0.90 and 0.95 (284 and 308 tok/s against 281) led
+        # the stopped study from 1.000 to 0.925 of its full study's best.
+        (0.049, 870.0, 0.19, False),
         (0.049, 954.0, None, True),  # two values of the row are enough
         # Throughputs within 3% of each other: the number changed nothing measurable, as memory
         # fractions that run alike (slow constants, seed 3 s: 0.93 and 0.95, 6% and 8% past

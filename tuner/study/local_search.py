@@ -174,8 +174,9 @@ class LocalSearchConfig:
     # Level of a *valley* move (`_valleys`): of trials that differ in one number only and all
     # miss the same SLOs, the one that misses by least and a neighbour (the nearest value
     # measured on either side), both by less than `valley_near` of a limit, both with more
-    # throughput than the best trial within the SLOs (any, while none is), and more than
-    # `flat_tolerance` apart in it (else the number changed nothing): the number halfway
+    # throughput than the best trial within the SLOs by more than `flat_tolerance` (any, while
+    # none is; less, and the move cannot gain a launch's worth), and more than `flat_tolerance`
+    # apart in it (else the number changed nothing): the number halfway
     # between the two. Draft steps 2 and 5 measured a p99 TPOT of 18.9 and 18.8 ms against an
     # 18 ms limit, 1 step 21.4, and 3 steps met it with the most throughput (docs/quality.md).
     # A trial within an SLO by less than `edge_margin` counts as one that misses it, as for
@@ -899,9 +900,9 @@ def _valleys(
     that misses by least and its neighbours in the row (the nearest values measured) are
     pairs. A pair counts when both miss the same SLOs (or come within `margin` of them), each
     by less than `near` of its limit, and both measured more throughput than the best trial
-    within the SLOs by `margin` (any, while none is), more than `flat` apart (two memory
-    fractions that run alike, both just past a TTFT limit, are no valley): its move is the
-    number halfway."""
+    within the SLOs by `margin` by more than `flat` (any, while none is: a pair 1% above it
+    cannot gain what a launch costs), and more than `flat` apart (two memory fractions that
+    run alike, both just past a TTFT limit, are no valley): its move is the number halfway."""
     top = max((s[1] for _t, s in _sure(scored, margin) if s[0] == 1), default=0.0)
     rows: dict[tuple[str, tuple[Any, ...]], dict[float, tuple[float, FrozenTrial]]] = {}
     for t, _s in scored:
@@ -933,7 +934,7 @@ def _valleys(
             if _broken(pair[0][1], margin) != _broken(pair[1][1], margin):
                 continue
             measured = [_past_throughput(space, t) for _miss, t in pair]
-            throughputs = [p for p in measured if p is not None and p > top]
+            throughputs = [p for p in measured if p is not None and p > top * (1 + flat)]
             if len(throughputs) < 2 or abs(throughputs[0] / throughputs[1] - 1) <= flat:
                 continue  # below the best, or the number changed nothing measurable
             middle = _halfway(space, low[1], row[values[i]][1])
