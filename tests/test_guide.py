@@ -379,7 +379,7 @@ def test_where_no_trial_one_number_away_marks_the_edge_the_stop_rule_probes_it_o
     0.935 of its full study's best. Before it stops, the study measures the best trial's cap
     halfway to the trial past the edge (tuner/study/stopping.py EDGE_PROBE), once a study."""
     from tuner.space.load import space_from_dict
-    from tuner.study.local_search import key
+    from tuner.study.moves import key
     from tuner.study.stopping import EDGE_CHECK, EDGE_PROBE
 
     space = space_from_dict(_TPOT_SPACE)

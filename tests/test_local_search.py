@@ -21,12 +21,10 @@ from tuner.study.local_search import (
     _move_effects,
     _tied,
     _untried_pair,
-    complete,
-    key,
-    moves,
-    standing,
 )
 from tuner.study.loop import run_trials
+from tuner.study.moves import complete, key, moves
+from tuner.study.standing import standing
 
 SPACE = {
     "model_path": "m",

@@ -13,7 +13,7 @@ from tuner.predict.gpu_specs import gpu_spec
 from tuner.results import record
 from tuner.space.load import load_space
 from tuner.study.guide import complete_flags, random_params
-from tuner.study.local_search import key
+from tuner.study.moves import key
 from tuner.study.residuals import ResidualModel
 
 MODEL = ModelMemory(weight_bytes=16.4e9, kv_bytes_per_token=36 * 8 * 128 * 2 * 2)

@@ -54,7 +54,8 @@ from tuner.results.goals import (
 )
 from tuner.space.model import ParamSpec, SearchSpace, active_values, same_value
 from tuner.study.budget import measured_count
-from tuner.study.local_search import LocalSearch, LocalSearchConfig, neutral
+from tuner.study.local_search import LocalSearch, LocalSearchConfig
+from tuner.study.moves import neutral
 from tuner.study.options import StudyOptions
 from tuner.study.residuals import ResidualModel
 from tuner.study.stopping import (

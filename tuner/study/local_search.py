@@ -54,6 +54,10 @@ study whose rate search broke on a TTFT SLO.
 Without any estimate it uses what the study measured and nothing else, so it works the same for
 a GPU missing from the spec table; with one (`rank`), moves of one level are ordered by it.
 Everything is recomputed from the trials, so resumed studies and several workers agree.
+
+This module ranks and proposes; its parts live beside it: the moves and the params they make
+(tuner/study/moves.py), how a finished trial stands (tuner/study/standing.py), the window, edge
+and valley bisections (tuner/study/bisection.py) and the trend (tuner/study/trend.py).
 """
 
 from __future__ import annotations
@@ -68,10 +72,25 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.results import record
 from tuner.results.goals import SLO_NOISE, is_capacity
-from tuner.space.model import ParamSpec, SearchSpace, active_values, same_value
-
-Params = dict[str, Any]
-Standing = tuple[int, float]  # (1, throughput) when SLO-feasible, (0, -violation) when not
+from tuner.space.model import SearchSpace, same_value
+from tuner.study.bisection import (
+    boundary_trial,
+    by_gap,
+    edge_moves,
+    halfway_in,
+    past_edge,
+    valley_moves,
+    window_moves,
+)
+from tuner.study.moves import Move, Params, complete, key, moves
+from tuner.study.standing import (
+    Standing,
+    by_standing,
+    informative,
+    outcome,
+    sure_view,
+)
+from tuner.study.trend import Trend
 
 
 @dataclass(frozen=True)
@@ -142,7 +161,7 @@ class LocalSearchConfig:
     # extension of the last move that paid off (-10), which would cross the window. None: off.
     window_level: float | None = -20.0
     # Level of an *edge* move: once the best trial meets the SLOs, the same bisection between it
-    # and a trial one number away with more throughput that breaks one (`_edge_bounds`). None: off.
+    # and a trial one number away with more throughput that breaks one (`edge_moves`). None: off.
     edge_level: float | None = -20.0
     # Edge moves bisect from the best trial and from every trial within this share of its
     # throughput (both within the SLOs): under measurement noise the best trial changes between
@@ -171,7 +190,7 @@ class LocalSearchConfig:
     # recovered, the others ran the same, and two cells' median shares rose 3-5 points.
     # False: only the SLO cut's stops mark one.
     cut_edges: bool = False
-    # Level of a *valley* move (`_valleys`): of trials that differ in one number only and all
+    # Level of a *valley* move (`valley_moves`): of trials that differ in one number only and all
     # miss the same SLOs, the one that misses by least and a neighbour (the nearest value
     # measured on either side), both by less than `valley_near` of a limit, both with more
     # throughput than the best trial within the SLOs by more than `flat_tolerance` (any, while
@@ -184,14 +203,6 @@ class LocalSearchConfig:
     # VALLEY_CHECK). None: off.
     valley_level: float | None = -20.0
     valley_near: float = 0.10
-
-
-@dataclass(frozen=True)
-class Move:
-    param: str
-    value: Any
-    level: float
-    switched_on: tuple[tuple[str, Any], ...] = ()  # values for params the move switches on
 
 
 class LocalSearch:
@@ -213,7 +224,7 @@ class LocalSearch:
     def propose(self, trials: Sequence[FrozenTrial], tried: set[tuple[Any, ...]]) -> Params | None:
         """The next configuration to measure, one move from the best trial or from the best of
         another branch; None when every such move has been tried (or nothing was measured)."""
-        scored = _scored(trials)
+        scored = by_standing(trials)
         if not scored:
             return None
         effects = _move_effects(self.space, trials, self.config.infeasible_effects)
@@ -230,7 +241,7 @@ class LocalSearch:
         # Bisections: while no trial meets the SLOs (windows), and once the best one does (edges).
         bisections: list[tuple[float, Params]] = []
         if self.config.window_level is not None:
-            bisections += [(self.config.window_level, p) for p in _windows(self.space, scored)]
+            bisections += [(self.config.window_level, p) for p in window_moves(self.space, scored)]
         if self.config.edge_level is not None:
             found = [params for params, _past in self._edge_bounds(scored)]
             bisections += [(self.config.edge_level, p) for p in found]
@@ -247,7 +258,7 @@ class LocalSearch:
         for branch, name in self._branches(best, scored):
             options += self._from(branch, scored, effects, tried, keep=name)
         boundary = (
-            _boundary(self.space, scored) if self.config.boundary_offset is not None else None
+            boundary_trial(self.space, scored) if self.config.boundary_offset is not None else None
         )
         if boundary is not None and boundary.number != best.number:
             offset = self.config.boundary_offset or 0.0
@@ -381,13 +392,13 @@ class LocalSearch:
     def edge_move(
         self, trials: Sequence[FrozenTrial], tried: set[tuple[Any, ...]]
     ) -> tuple[Params, float] | None:
-        """The untried edge move (`_edge_bounds`) from the best trial whose trial past the edge
+        """The untried edge move (`edge_moves`) from the best trial whose trial past the edge
         measured the most throughput, with that throughput; None when there is none. The
         estimate cannot say where an SLO's edge lies between two measured trials: the stop
         rule measures such a move before it stops (tuner/study/stopping.py)."""
         if self.config.edge_level is None:
             return None
-        scored = _scored(trials)
+        scored = by_standing(trials)
         if not scored:
             return None
         edges = [(p, past) for p, past in self._edge_bounds(scored) if key(p) not in tried]
@@ -396,30 +407,28 @@ class LocalSearch:
     def valley_move(
         self, trials: Sequence[FrozenTrial], tried: set[tuple[Any, ...]]
     ) -> tuple[Params, float] | None:
-        """The untried valley move (`_valleys`) whose two trials measured the most throughput
+        """The untried valley move (`valley_moves`) whose two trials measured the most throughput
         (the lesser of the two), with that throughput; None when there is none. The estimate
         cannot say where between two measured trials an SLO metric bottoms out: the stop rule
         measures such a move before it stops (tuner/study/stopping.py)."""
         if self.config.valley_level is None:
             return None
-        valleys = self._valleys(_scored(trials))
+        valleys = self._valleys(by_standing(trials))
         return next(((p, past) for p, past in valleys if key(p) not in tried), None)
 
     def _valleys(self, scored: list[tuple[FrozenTrial, Standing]]) -> list[tuple[Params, float]]:
-        """`_valleys` with this search's nearness, margin and flat tolerance."""
+        """`valley_moves` with this search's nearness, margin and flat tolerance."""
         config = self.config
-        return _valleys(
+        return valley_moves(
             self.space, scored, config.valley_near, config.edge_margin, config.flat_tolerance
         )
 
     def _edge_bounds(
         self, scored: list[tuple[FrozenTrial, Standing]]
     ) -> list[tuple[Params, float]]:
-        """`_edge_bounds` with this search's tie, margin and `cut_edges`."""
+        """`edge_moves` with this search's tie, margin and `cut_edges`."""
         config = self.config
-        return _edge_bounds(
-            self.space, scored, config.edge_tie, config.edge_margin, config.cut_edges
-        )
+        return edge_moves(self.space, scored, config.edge_tie, config.edge_margin, config.cut_edges)
 
     def seen_probe(
         self,
@@ -431,7 +440,7 @@ class LocalSearch:
         without one), with the throughput of the trial past the edge: a memory fraction above
         what the running cap uses changes nothing the estimate predicts, and its probe would
         re-measure the best trial's run."""
-        return self._seen_probe(_scored(trials), tried, rank)
+        return self._seen_probe(by_standing(trials), tried, rank)
 
     def _seen_probe(
         self,
@@ -454,21 +463,21 @@ class LocalSearch:
         range's scale) first, each with that throughput; [] when there is none. A probe past
         the edge becomes an edge move's bound (`edge_move`); one within it, a better best. The
         stop rule measures one before it stops (tuner/study/stopping.py EDGE_PROBE)."""
-        return self._probes(_scored(trials), tried)
+        return self._probes(by_standing(trials), tried)
 
     def _probes(
         self, scored: list[tuple[FrozenTrial, Standing]], tried: set[tuple[Any, ...]]
     ) -> list[tuple[Params, float]]:
-        scored = _sure(scored, self.config.edge_margin)
+        scored = sure_view(scored, self.config.edge_margin)
         if not scored or scored[0][1][0] != 1 or not scored[0][0].values:
             return []
         best = scored[0][0]
-        past = _beyond(self.space, scored, float(best.values[0]), self.config.cut_edges)
+        past = past_edge(self.space, scored, float(best.values[0]), self.config.cut_edges)
         for t, value in sorted(past, key=lambda tv: tv[1], reverse=True):
             probes = [
                 probe
-                for name in _by_gap(self.space, best.params, t.params)
-                if (probe := _halfway_in(self.space, best.params, name, float(t.params[name])))
+                for name in by_gap(self.space, best.params, t.params)
+                if (probe := halfway_in(self.space, best.params, name, float(t.params[name])))
                 is not None
                 and key(probe) not in tried
             ]
@@ -507,190 +516,7 @@ class LocalSearch:
 # ---- the moves -----------------------------------------------------------------------------
 
 
-def moves(space: SearchSpace, params: Mapping[str, Any], ordered_upto: int = 0) -> list[Move]:
-    """Every one-param move from `params`, each with its level (lower is tried first). A
-    categorical move that switches a number on comes also with that number at its range's
-    ends (level + 0.5): NEXTN at 1 and at 5 draft steps, not only at the middle. An int param
-    with at most `ordered_upto` values moves as ordered choices do."""
-    out: list[Move] = []
-    for name, value in params.items():
-        spec = space.params.get(name)
-        if spec is None or spec.kind == "derived":
-            continue
-        if spec.kind == "categorical":
-            for move in _categorical_moves(spec, value):
-                out.append(move)
-                out += _with_ends(space, params, move)
-                out += _with_children(space, params, move)
-        else:
-            seen = {repr(value)}
-            for level, target in _numeric_targets(spec, float(value), ordered_upto):
-                if repr(target) not in seen:
-                    seen.add(repr(target))
-                    move = Move(name, target, level)
-                    out.append(move)
-                    out += _with_children(space, params, move)
-    return out
-
-
-def _with_children(space: SearchSpace, params: Mapping[str, Any], move: Move) -> list[Move]:
-    """The move made together with each other choice of a categorical param whose activity
-    depends on the moved one and that is on before and after it (level + 0.5): such a pair
-    interacts by the space's own structure (adaptive speculation's meaning depends on the
-    draft steps it starts from), so one param moved alone can hide what the pair gives."""
-    moved = {**params, move.param: move.value}
-    out = []
-    for spec in space.params.values():
-        if (
-            move.param in spec.when
-            and spec.kind == "categorical"
-            and spec.name in params
-            and spec.is_active(moved)
-        ):
-            for choice in spec.choices or ():
-                if not same_value(choice, params[spec.name]):
-                    out.append(
-                        Move(move.param, move.value, move.level + 0.5, ((spec.name, choice),))
-                    )
-    return out
-
-
-def _with_ends(space: SearchSpace, params: Mapping[str, Any], move: Move) -> list[Move]:
-    moved = {**params, move.param: move.value}
-    out = []
-    for spec in space.params.values():
-        newly_on = (
-            move.param in spec.when
-            and spec.kind in ("int", "float")
-            and spec.name not in params
-            and spec.is_active(moved)
-        )
-        if newly_on:
-            for end in (spec.low, spec.high):
-                value = snap(spec, float(end or 0))
-                out.append(Move(move.param, move.value, move.level + 0.5, ((spec.name, value),)))
-    return out
-
-
-def _categorical_moves(spec: ParamSpec, value: Any) -> list[Move]:
-    choices = list(spec.choices or ())
-    others = [c for c in choices if not same_value(c, value)]
-    numeric = all(isinstance(c, int | float) and not isinstance(c, bool) for c in choices)
-    if not numeric or not isinstance(value, int | float) or isinstance(value, bool):
-        return [Move(spec.name, c, 0.0) for c in others]
-    # Ordered choices (chunk sizes, page sizes): the adjacent ones are the one-step moves.
-    ordered = sorted(choices)
-    at = min(range(len(ordered)), key=lambda i: abs(ordered[i] - value))
-    return [Move(spec.name, c, float(abs(ordered.index(c) - at) - 1)) for c in others]
-
-
-def _numeric_targets(
-    spec: ParamSpec, value: float, ordered_upto: int = 0
-) -> list[tuple[float, Any]]:
-    low, high = float(spec.low or 0), float(spec.high or 0)
-    step = int(spec.step or 1)
-    if spec.kind == "int" and (high - low) / step + 1 <= ordered_upto:
-        values = range(int(low), int(high) + 1, step)
-        return [(abs(v - value) / step - 1, v) for v in values if v != value]
-    geometric = spec.log and low > 0 and value > 0
-    out: list[tuple[float, Any]] = []
-    for end in (low, high):
-        for level, fraction in ((0.0, 1.0), (1.0, 0.5), (2.0, 0.25)):
-            if geometric:
-                target = value * (end / value) ** fraction
-            else:
-                target = value + (end - value) * fraction
-            out.append((level, snap(spec, target)))
-        unit = float(spec.step or (1 if spec.kind == "int" else (high - low) / 20))
-        out.append((3.0, snap(spec, value + math.copysign(unit, end - value))))
-    return [(level, t) for level, t in out if not _equal(t, value)]
-
-
-def _equal(a: float, b: float) -> bool:
-    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
-
-
-def snap(spec: ParamSpec, value: float) -> Any:
-    """A number of the param's range: clipped, on its step, an int for an int param."""
-    low, high = float(spec.low or 0), float(spec.high or 0)
-    value = min(max(value, low), high)
-    if spec.step:
-        step = float(spec.step)
-        value = min(low + round((value - low) / step) * step, high)
-        if spec.kind == "float":
-            text = f"{step:.10f}".rstrip("0")
-            return round(value, len(text.split(".")[1]) if "." in text else 0)
-    if spec.kind == "int":
-        return round(value)
-    return float(value)
-
-
-def neutral(spec: ParamSpec) -> Any:
-    """The value a param takes when a move switches it on and no trial had it: the middle of
-    its range (geometric for a log range), the first choice of a categorical."""
-    if spec.kind == "categorical":
-        return (spec.choices or (None,))[0]
-    low, high = float(spec.low or 0), float(spec.high or 0)
-    middle = math.sqrt(low * high) if spec.log and low > 0 else (low + high) / 2
-    return snap(spec, middle)
-
-
-def complete(space: SearchSpace, params: Mapping[str, Any], donor: Mapping[str, Any]) -> Params:
-    """The active sampled params of `params` in the space's order: inactive ones dropped,
-    newly active ones from `donor`, else `neutral`."""
-
-    def fill(spec: ParamSpec) -> Any:
-        return donor[spec.name] if spec.name in donor else neutral(spec)
-
-    values = active_values(space, params, fill)
-    return {k: v for k, v in values.items() if space.params[k].kind != "derived"}
-
-
-def key(params: Mapping[str, Any]) -> tuple[Any, ...]:
-    return tuple(sorted((k, repr(v)) for k, v in params.items()))
-
-
 # ---- what the trials say -------------------------------------------------------------------
-
-
-def informative(t: FrozenTrial) -> bool:
-    """Does the trial say something of its own params? A launch does, and so does a same-run
-    repeat (tuner/trial/same_run.py: its params ran the measured run, so a move to them changed
-    nothing); a repeat of identical flags adds nothing."""
-    attrs = t.user_attrs
-    return record.DUPLICATE_OF not in attrs or record.SAME_RUN in attrs
-
-
-def standing(t: FrozenTrial) -> Standing | None:
-    """How good a measured trial is for the search; None when it says nothing comparable
-    (not finished, a repeat of identical flags, rejected before launch, crashed, or stopped by
-    the pruner: the pruner stops only trials that feasible ones clearly beat)."""
-    if t.state not in (TrialState.COMPLETE, TrialState.PRUNED):
-        return None
-    attrs = t.user_attrs
-    if not informative(t):
-        return None
-    constraints = _slo_constraints(t)
-    if constraints.get("launch", 0.0) > 0 or not attrs.get(record.METRICS):
-        return None
-    violation = sum(max(v, 0.0) for k, v in constraints.items() if k != "launch")
-    if violation > 0:
-        return (0, -violation)
-    if t.state == TrialState.COMPLETE and t.values:
-        return (1, float(t.values[0]))
-    return None
-
-
-def _scored(trials: Sequence[FrozenTrial]) -> list[tuple[FrozenTrial, Standing]]:
-    """The trials that say something comparable, best first (`standing`)."""
-    scored = [(t, s) for t in trials if (s := standing(t)) is not None]
-    scored.sort(key=lambda ts: ts[1], reverse=True)
-    return scored
-
-
-def _outcome(t: FrozenTrial) -> Standing:
-    """A trial's standing for comparisons: crashed, skipped and pruned ones rank lowest."""
-    return standing(t) or (-1, 0.0)
 
 
 Effect = tuple[str, str, str, tuple[tuple[str, str], ...]]  # param, from, to, its context
@@ -745,7 +571,7 @@ def _move_effects(
                 va, vb = repr(a.params[name]), repr(b.params[name])
                 if va == vb:
                     continue
-                sa, sb = _outcome(a), _outcome(b)
+                sa, sb = outcome(a), outcome(b)
                 if sa == sb or (not infeasible and sa[0] < 1 and sb[0] < 1):
                     continue
                 ca, cb = _context(space, a.params, name), _context(space, b.params, name)
@@ -787,219 +613,6 @@ def _more_slots(move: Move, params: Mapping[str, Any]) -> bool:
         and isinstance(move.value, int | float)
         and move.value > current
     )
-
-
-def _past_throughput(space: SearchSpace, t: FrozenTrial, bounds: bool = False) -> float | None:
-    """The throughput a trial past an SLO measured: its value when it completed; the figure of
-    its last stage when the SLO cut stopped it there (tuner/trial/pruning.py); with `bounds`,
-    the most its full run could have measured when the dominated or the front cut stopped it
-    (`record.throughput_bound`); else None."""
-    if t.state == TrialState.COMPLETE:
-        return float(t.values[0]) if t.values else None
-    if not record.learned_from(t):
-        return record.throughput_bound(t) if bounds else None
-    value = (t.user_attrs.get(record.METRICS) or {}).get(space.objectives.throughput)
-    return float(value) if isinstance(value, int | float) and value > 0 else None
-
-
-def _beyond(
-    space: SearchSpace,
-    scored: list[tuple[FrozenTrial, Standing]],
-    top: float,
-    bounds: bool = False,
-) -> list[tuple[FrozenTrial, float]]:
-    """(trial, the throughput it measured) of the trials over an SLO that measured more than
-    `top`, best standing first (with `bounds`, a cut trial's bound: `_past_throughput`)."""
-    return [
-        (t, past)
-        for t, s in scored
-        if s[0] == 0 and (past := _past_throughput(space, t, bounds)) is not None and past > top
-    ]
-
-
-def _boundary(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> FrozenTrial | None:
-    feasible = [t.values[0] for t, s in scored if s[0] == 1]
-    if not feasible:
-        return None
-    beyond = _beyond(space, scored, max(feasible))
-    return beyond[0][0] if beyond else None
-
-
-def _slo_constraints(t: FrozenTrial) -> dict[str, float]:
-    return record.trial_constraints(t)
-
-
-def _broken(t: FrozenTrial, margin: float = 0.0) -> frozenset[str]:
-    """The SLO constraints a trial violates (with `margin`, or meets by less than that share
-    of the limit)."""
-    return frozenset(k for k, v in _slo_constraints(t).items() if k != "launch" and v > -margin)
-
-
-def _windows(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> list[Params]:
-    """Window moves (LocalSearchConfig.window_level) from the best trial, while it breaks an
-    SLO: for each trial one number away that breaks only other SLOs, that number halfway."""
-    best, mine = scored[0]
-    if mine[0] != 0:
-        return []
-    broken = _broken(best)
-    out: list[Params] = []
-    for t, s in scored[1:]:
-        other = _broken(t)
-        if s[0] != 0 or not other or other & broken:
-            continue
-        middle = _halfway(space, best, t)
-        if middle is not None:
-            out.append(middle)
-    return out
-
-
-def _edge_bounds(
-    space: SearchSpace,
-    scored: list[tuple[FrozenTrial, Standing]],
-    tie: float = 0.0,
-    margin: float = 0.0,
-    bounds: bool = False,
-) -> list[tuple[Params, float]]:
-    """The edge moves, each with the throughput the trial past the edge measured: what the move
-    can gain at most. A number whose larger values buy throughput until an SLO breaks (a running
-    cap against a TPOT limit) has its best value at the SLO's edge, between the best trial and
-    the nearest trial past the edge: it is bisected, as the window between two broken SLOs is.
-    The moves start from the best trial and from the trials within `tie` of its throughput
-    (LocalSearchConfig.edge_tie), and lead to a trial past the edge that measured more than the
-    best (with `bounds`, a cut trial's bound: `_past_throughput`). A trial within `margin` of a
-    limit counts as past it (`_sure`)."""
-    scored = _sure(scored, margin)
-    best, mine = scored[0]
-    if mine[0] != 1 or not best.values:
-        return []
-    top = float(best.values[0])
-    bases = [t for t, s in scored if s[0] == 1 and s[1] >= top * (1 - tie)]
-    out: list[tuple[Params, float]] = []
-    seen: set[tuple[Any, ...]] = set()
-    beyond = _beyond(space, scored, top, bounds)
-    for base in bases:
-        for t, past in beyond:
-            middle = _halfway(space, base, t)
-            if middle is not None and key(middle) not in seen:
-                seen.add(key(middle))
-                out.append((middle, past))
-    return out
-
-
-def _valleys(
-    space: SearchSpace,
-    scored: list[tuple[FrozenTrial, Standing]],
-    near: float,
-    margin: float = 0.0,
-    flat: float = 0.0,
-) -> list[tuple[Params, float]]:
-    """The valley moves (LocalSearchConfig.valley_level), each with the lesser throughput of
-    its two trials, the most first. Trials that differ in one number only (a param left out
-    counts as one set to None) are a row; where no trial of a row meets every SLO by `margin`
-    of its limit or more (`LocalSearchConfig.edge_margin`: closer, it may be past it), the one
-    that misses by least and its neighbours in the row (the nearest values measured) are
-    pairs. A pair counts when both miss the same SLOs (or come within `margin` of them), each
-    by less than `near` of its limit, and both measured more throughput than the best trial
-    within the SLOs by `margin` by more than `flat` (any, while none is: a pair 1% above it
-    cannot gain what a launch costs), and more than `flat` apart (two memory fractions that
-    run alike, both just past a TTFT limit, are no valley): its move is the number halfway."""
-    top = max((s[1] for _t, s in _sure(scored, margin) if s[0] == 1), default=0.0)
-    rows: dict[tuple[str, tuple[Any, ...]], dict[float, tuple[float, FrozenTrial]]] = {}
-    for t, _s in scored:
-        misses = [v for k, v in _slo_constraints(t).items() if k.startswith("slo:")]
-        if not misses:
-            continue
-        miss = max(misses)
-        for name, value in t.params.items():
-            spec = space.params.get(name)
-            if spec is None or spec.kind not in ("int", "float") or value is None:
-                continue
-            rest = {k: v for k, v in t.params.items() if k != name and v is not None}
-            row = rows.setdefault((name, key(rest)), {})
-            if float(value) not in row or miss < row[float(value)][0]:
-                row[float(value)] = (miss, t)
-    out: dict[tuple[Any, ...], tuple[Params, float]] = {}
-    for row in rows.values():
-        values = sorted(row)
-        least = min(range(len(values)), key=lambda i: row[values[i]][0])
-        low = row[values[least]]
-        if low[0] <= -margin:
-            continue  # a value of the row meets every SLO: an edge, not a valley
-        for i in (least - 1, least + 1):
-            if not 0 <= i < len(values):
-                continue
-            pair = (low, row[values[i]])
-            if any(m > near for m, _t in pair):
-                continue
-            if _broken(pair[0][1], margin) != _broken(pair[1][1], margin):
-                continue
-            measured = [_past_throughput(space, t) for _miss, t in pair]
-            throughputs = [p for p in measured if p is not None and p > top * (1 + flat)]
-            if len(throughputs) < 2 or abs(throughputs[0] / throughputs[1] - 1) <= flat:
-                continue  # below the best, or the number changed nothing measurable
-            middle = _halfway(space, low[1], row[values[i]][1])
-            if middle is not None:
-                past = min(throughputs)
-                if key(middle) not in out or out[key(middle)][1] < past:
-                    out[key(middle)] = (middle, past)
-    return sorted(out.values(), key=lambda pv: pv[1], reverse=True)
-
-
-def _sure(
-    scored: list[tuple[FrozenTrial, Standing]], margin: float
-) -> list[tuple[FrozenTrial, Standing]]:
-    """`scored` with each trial within the SLOs by less than `margin` of a limit standing as
-    one just past it (LocalSearchConfig.edge_margin); unchanged when no trial is within them
-    by more."""
-    if margin <= 0:
-        return scored
-
-    def unsure(t: FrozenTrial, s: Standing) -> bool:
-        slos = [v for k, v in _slo_constraints(t).items() if k.startswith("slo:")]
-        return s[0] == 1 and bool(slos) and max(slos) > -margin
-
-    doubts = [unsure(t, s) for t, s in scored]
-    if all(s[0] != 1 or doubt for (_t, s), doubt in zip(scored, doubts, strict=True)):
-        return scored
-    view = [(t, (0, 0.0) if doubt else s) for (t, s), doubt in zip(scored, doubts, strict=True)]
-    return sorted(view, key=lambda ts: ts[1], reverse=True)
-
-
-def _halfway(space: SearchSpace, base: FrozenTrial, other: FrozenTrial) -> Params | None:
-    """`base`'s params with the one number in which `other` differs set halfway between the two
-    (geometric on a log range); None when they differ otherwise or no value lies between."""
-    diff = [k for k in set(other.params) | set(base.params)
-            if repr(other.params.get(k)) != repr(base.params.get(k))]  # fmt: skip
-    if len(diff) != 1 or space.params[diff[0]].kind not in ("int", "float"):
-        return None
-    return _halfway_in(space, base.params, diff[0], float(other.params[diff[0]]))
-
-
-def _halfway_in(
-    space: SearchSpace, params: Mapping[str, Any], name: str, other: float
-) -> Params | None:
-    """`params` with the number `name` set halfway to `other` (geometric on a log range); None
-    when no value of its range lies between the two."""
-    spec, a = space.params[name], float(params[name])
-    middle = math.sqrt(a * other) if spec.log and a > 0 and other > 0 else (a + other) / 2
-    value = snap(spec, middle)
-    if _equal(float(value), a) or _equal(float(value), other):
-        return None
-    # Params the new value switches on (adaptive speculation at 3 draft steps, not at 2 or 4)
-    # take a value here: left out, the sampler would draw one, and the proposal would never
-    # match the trial it becomes, so it would be proposed again and again.
-    return complete(space, {**params, name: value}, params)
-
-
-def _by_gap(space: SearchSpace, a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
-    """The numbers both configurations set and set apart, the widest gap on the range's scale
-    (log on a log range) first."""
-    gaps = [
-        (abs(_unit(spec, float(a[name])) - _unit(spec, float(b[name]))), name)
-        for name, spec in space.params.items()
-        if spec.kind in ("int", "float") and name in a and name in b
-    ]
-    return [name for gap, name in sorted(gaps, reverse=True) if gap > 0]
 
 
 def _child(space: SearchSpace, name: str, parent: str) -> bool:
@@ -1088,71 +701,6 @@ def _untried_pair(
 
 def _same_direction(current: float, target: float, previous: float) -> bool:
     return (current - previous) * (target - current) > 0
-
-
-class Trend:
-    """A ridge regression of the finished trials' ranks (crashed and skipped lowest, then by
-    `standing`) on their params: numbers scaled to 0-1 (log ranges in log), one column per
-    categorical choice. Fitted jointly, so a choice the sampler happened to draw with bad
-    values of other params is not blamed for them, as a per-param average would."""
-
-    def __init__(self, space: SearchSpace, columns: list[tuple[str, Any]], weights: Any) -> None:
-        self.space = space
-        self.columns = columns
-        self.weights = weights
-        self.size = 0
-
-    @classmethod
-    def fit(cls, space: SearchSpace, trials: Sequence[FrozenTrial], ridge: float = 1.0) -> Trend:
-        import numpy as np
-
-        finished = [
-            t
-            for t in trials
-            if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and informative(t) and t.params
-        ]
-        columns: list[tuple[str, Any]] = []
-        for name, spec in space.params.items():
-            if spec.kind == "categorical":
-                columns += [(name, c) for c in (spec.choices or ())]
-            elif spec.kind in ("int", "float"):
-                columns.append((name, None))
-        trend = cls(space, columns, np.zeros(len(columns) + 1))
-        trend.size = len(finished)
-        if len(finished) < 2:
-            return trend
-        order = sorted(range(len(finished)), key=lambda i: _outcome(finished[i]))
-        y = np.empty(len(finished))
-        y[order] = np.arange(len(finished)) / (len(finished) - 1)
-        x = np.array([trend.row(t.params) for t in finished])
-        mean = y.mean()
-        a = x.T @ x + ridge * np.eye(x.shape[1])
-        a[-1, -1] -= ridge  # the intercept is not shrunk
-        trend.weights = np.linalg.solve(a, x.T @ (y - mean))
-        trend.weights[-1] += mean
-        return trend
-
-    def row(self, params: Mapping[str, Any]) -> list[float]:
-        row = []
-        for name, choice in self.columns:
-            spec = self.space.params[name]
-            if name not in params:
-                row.append(0.0)
-            elif spec.kind == "categorical":
-                row.append(1.0 if same_value(params[name], choice) else 0.0)
-            else:
-                row.append(_unit(spec, float(params[name])))
-        return [*row, 1.0]
-
-    def predict(self, params: Mapping[str, Any]) -> float:
-        return float(sum(w * v for w, v in zip(self.weights, self.row(params), strict=True)))
-
-
-def _unit(spec: ParamSpec, value: float) -> float:
-    low, high = float(spec.low or 0), float(spec.high or 0)
-    if spec.log and low > 0 and value > 0:
-        low, high, value = math.log(low), math.log(high), math.log(value)
-    return (value - low) / (high - low) if high > low else 0.0
 
 
 def _tied(base: FrozenTrial, scored: list[tuple[FrozenTrial, Standing]], share: float) -> bool:

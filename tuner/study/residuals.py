@@ -39,7 +39,8 @@ from optuna.trial import FrozenTrial
 from tuner.predict.estimate import Estimator
 from tuner.results import record
 from tuner.space.model import SearchSpace
-from tuner.study.local_search import Trend, key
+from tuner.study.moves import key
+from tuner.study.trend import Trend
 
 Params = dict[str, Any]
 

@@ -1,0 +1,204 @@
+"""Bisections of one number against an SLO (tuner/study/local_search.py): where the search
+tries the value halfway between two measured trials.
+
+- A *window*: while no trial meets every SLO, the best trial and one a number away break
+  different SLOs; the SLOs can hold only between the two.
+- An *edge*: the best trial meets the SLOs and a trial a number away with more throughput breaks
+  one; the best value of such a number sits on the SLO's edge between them.
+- A *valley*: trials a number apart all miss the same SLO by a little with more throughput than
+  the best trial within the SLOs; an SLO metric that is not monotone in the number (p99 TPOT in
+  the draft steps) may have its bottom between them.
+
+A trial within an SLO by less than a margin of its limit counts as past it (`sure_view`): under
+measurement noise it may be.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from optuna.trial import FrozenTrial
+
+from tuner.space.model import SearchSpace
+from tuner.study.moves import Params, complete, equal, key, snap, unit
+from tuner.study.standing import (
+    Standing,
+    broken_slos,
+    past_throughput,
+    slo_constraints,
+    sure_view,
+)
+
+
+def past_edge(
+    space: SearchSpace,
+    scored: list[tuple[FrozenTrial, Standing]],
+    top: float,
+    bounds: bool = False,
+) -> list[tuple[FrozenTrial, float]]:
+    """(trial, the throughput it measured) of the trials over an SLO that measured more than
+    `top`, best standing first (with `bounds`, a cut trial's bound: `past_throughput`)."""
+    return [
+        (t, past)
+        for t, s in scored
+        if s[0] == 0 and (past := past_throughput(space, t, bounds)) is not None and past > top
+    ]
+
+
+def boundary_trial(
+    space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]
+) -> FrozenTrial | None:
+    feasible = [t.values[0] for t, s in scored if s[0] == 1]
+    if not feasible:
+        return None
+    beyond = past_edge(space, scored, max(feasible))
+    return beyond[0][0] if beyond else None
+
+
+def window_moves(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> list[Params]:
+    """Window moves (LocalSearchConfig.window_level) from the best trial, while it breaks an
+    SLO: for each trial one number away that breaks only other SLOs, that number halfway."""
+    best, mine = scored[0]
+    if mine[0] != 0:
+        return []
+    broken = broken_slos(best)
+    out: list[Params] = []
+    for t, s in scored[1:]:
+        other = broken_slos(t)
+        if s[0] != 0 or not other or other & broken:
+            continue
+        middle = halfway(space, best, t)
+        if middle is not None:
+            out.append(middle)
+    return out
+
+
+def edge_moves(
+    space: SearchSpace,
+    scored: list[tuple[FrozenTrial, Standing]],
+    tie: float = 0.0,
+    margin: float = 0.0,
+    bounds: bool = False,
+) -> list[tuple[Params, float]]:
+    """The edge moves, each with the throughput the trial past the edge measured: what the move
+    can gain at most. A number whose larger values buy throughput until an SLO breaks (a running
+    cap against a TPOT limit) has its best value at the SLO's edge, between the best trial and
+    the nearest trial past the edge: it is bisected, as the window between two broken SLOs is.
+    The moves start from the best trial and from the trials within `tie` of its throughput
+    (LocalSearchConfig.edge_tie), and lead to a trial past the edge that measured more than the
+    best (with `bounds`, a cut trial's bound: `past_throughput`). A trial within `margin` of a
+    limit counts as past it (`sure_view`)."""
+    scored = sure_view(scored, margin)
+    best, mine = scored[0]
+    if mine[0] != 1 or not best.values:
+        return []
+    top = float(best.values[0])
+    bases = [t for t, s in scored if s[0] == 1 and s[1] >= top * (1 - tie)]
+    out: list[tuple[Params, float]] = []
+    seen: set[tuple[Any, ...]] = set()
+    beyond = past_edge(space, scored, top, bounds)
+    for base in bases:
+        for t, past in beyond:
+            middle = halfway(space, base, t)
+            if middle is not None and key(middle) not in seen:
+                seen.add(key(middle))
+                out.append((middle, past))
+    return out
+
+
+def valley_moves(
+    space: SearchSpace,
+    scored: list[tuple[FrozenTrial, Standing]],
+    near: float,
+    margin: float = 0.0,
+    flat: float = 0.0,
+) -> list[tuple[Params, float]]:
+    """The valley moves (LocalSearchConfig.valley_level), each with the lesser throughput of
+    its two trials, the most first. Trials that differ in one number only (a param left out
+    counts as one set to None) are a row; where no trial of a row meets every SLO by `margin`
+    of its limit or more (`LocalSearchConfig.edge_margin`: closer, it may be past it), the one
+    that misses by least and its neighbours in the row (the nearest values measured) are
+    pairs. A pair counts when both miss the same SLOs (or come within `margin` of them), each
+    by less than `near` of its limit, and both measured more throughput than the best trial
+    within the SLOs by `margin` by more than `flat` (any, while none is: a pair 1% above it
+    cannot gain what a launch costs), and more than `flat` apart (two memory fractions that
+    run alike, both just past a TTFT limit, are no valley): its move is the number halfway."""
+    top = max((s[1] for _t, s in sure_view(scored, margin) if s[0] == 1), default=0.0)
+    rows: dict[tuple[str, tuple[Any, ...]], dict[float, tuple[float, FrozenTrial]]] = {}
+    for t, _s in scored:
+        misses = [v for k, v in slo_constraints(t).items() if k.startswith("slo:")]
+        if not misses:
+            continue
+        miss = max(misses)
+        for name, value in t.params.items():
+            spec = space.params.get(name)
+            if spec is None or spec.kind not in ("int", "float") or value is None:
+                continue
+            rest = {k: v for k, v in t.params.items() if k != name and v is not None}
+            row = rows.setdefault((name, key(rest)), {})
+            if float(value) not in row or miss < row[float(value)][0]:
+                row[float(value)] = (miss, t)
+    out: dict[tuple[Any, ...], tuple[Params, float]] = {}
+    for row in rows.values():
+        values = sorted(row)
+        least = min(range(len(values)), key=lambda i: row[values[i]][0])
+        low = row[values[least]]
+        if low[0] <= -margin:
+            continue  # a value of the row meets every SLO: an edge, not a valley
+        for i in (least - 1, least + 1):
+            if not 0 <= i < len(values):
+                continue
+            pair = (low, row[values[i]])
+            if any(m > near for m, _t in pair):
+                continue
+            if broken_slos(pair[0][1], margin) != broken_slos(pair[1][1], margin):
+                continue
+            measured = [past_throughput(space, t) for _miss, t in pair]
+            throughputs = [p for p in measured if p is not None and p > top * (1 + flat)]
+            if len(throughputs) < 2 or abs(throughputs[0] / throughputs[1] - 1) <= flat:
+                continue  # below the best, or the number changed nothing measurable
+            middle = halfway(space, low[1], row[values[i]][1])
+            if middle is not None:
+                past = min(throughputs)
+                if key(middle) not in out or out[key(middle)][1] < past:
+                    out[key(middle)] = (middle, past)
+    return sorted(out.values(), key=lambda pv: pv[1], reverse=True)
+
+
+def halfway(space: SearchSpace, base: FrozenTrial, other: FrozenTrial) -> Params | None:
+    """`base`'s params with the one number in which `other` differs set halfway between the two
+    (geometric on a log range); None when they differ otherwise or no value lies between."""
+    diff = [k for k in set(other.params) | set(base.params)
+            if repr(other.params.get(k)) != repr(base.params.get(k))]  # fmt: skip
+    if len(diff) != 1 or space.params[diff[0]].kind not in ("int", "float"):
+        return None
+    return halfway_in(space, base.params, diff[0], float(other.params[diff[0]]))
+
+
+def halfway_in(
+    space: SearchSpace, params: Mapping[str, Any], name: str, other: float
+) -> Params | None:
+    """`params` with the number `name` set halfway to `other` (geometric on a log range); None
+    when no value of its range lies between the two."""
+    spec, a = space.params[name], float(params[name])
+    middle = math.sqrt(a * other) if spec.log and a > 0 and other > 0 else (a + other) / 2
+    value = snap(spec, middle)
+    if equal(float(value), a) or equal(float(value), other):
+        return None
+    # Params the new value switches on (adaptive speculation at 3 draft steps, not at 2 or 4)
+    # take a value here: left out, the sampler would draw one, and the proposal would never
+    # match the trial it becomes, so it would be proposed again and again.
+    return complete(space, {**params, name: value}, params)
+
+
+def by_gap(space: SearchSpace, a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """The numbers both configurations set and set apart, the widest gap on the range's scale
+    (log on a log range) first."""
+    gaps = [
+        (abs(unit(spec, float(a[name])) - unit(spec, float(b[name]))), name)
+        for name, spec in space.params.items()
+        if spec.kind in ("int", "float") and name in a and name in b
+    ]
+    return [name for gap, name in sorted(gaps, reverse=True) if gap > 0]
