@@ -1,5 +1,7 @@
-"""Bisections of one number against an SLO (tuner/study/local_search.py): where the search
-tries the value halfway between two measured trials.
+"""Bisections of one number against an SLO: where the local search tries a value halfway.
+
+The local search (tuner/study/local_search.py) tries the value halfway between two measured
+trials in three cases.
 
 - A *window*: while no trial meets every SLO, the best trial and one a number away break
   different SLOs; the SLOs can hold only between the two.

@@ -1,5 +1,7 @@
-"""The local search's moves (tuner/study/local_search.py): what one step from a configuration
-may change, at which level it is tried (lower first), and the params it makes.
+"""The local search's moves: what one step from a configuration may change, and how soon.
+
+What a move changes, at which level it is tried (lower first) and the params it makes, for the
+local search (tuner/study/local_search.py).
 
 A categorical param moves to another choice (choices that are all numbers are ordered: the
 adjacent ones first); a number to one of its range's ends, then halfway there, a quarter of the

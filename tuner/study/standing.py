@@ -1,6 +1,8 @@
-"""How a finished trial stands for the local search (tuner/study/local_search.py): whether it
-says something of its params, whether it met the SLOs, by how much it missed them, and what it
-measured."""
+"""How a finished trial stands for the local search (tuner/study/local_search.py).
+
+Whether it says something of its params, whether it met the SLOs, by how much it missed them,
+and what it measured.
+"""
 
 from __future__ import annotations
 

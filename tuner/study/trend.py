@@ -1,5 +1,7 @@
-"""The local search's trend (tuner/study/local_search.py): a ridge regression of every finished
-trial's rank on its params, which ranks moves towards what ranked well."""
+"""The local search's trend: a ridge regression of every finished trial's rank on its params.
+
+It ranks the local search's moves (tuner/study/local_search.py) towards what ranked well.
+"""
 
 from __future__ import annotations
 
