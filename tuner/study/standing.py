@@ -82,7 +82,7 @@ def past_throughput(space: SearchSpace, t: FrozenTrial, bounds: bool = False) ->
 def sure_view(
     scored: list[tuple[FrozenTrial, Standing]], margin: float
 ) -> list[tuple[FrozenTrial, Standing]]:
-    """`by_standing` with each trial within the SLOs by less than `margin` of a limit standing as
+    """`scored` with each trial within the SLOs by less than `margin` of a limit standing as
     one just past it (LocalSearchConfig.edge_margin); unchanged when no trial is within them
     by more."""
     if margin <= 0:
