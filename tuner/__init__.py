@@ -5,7 +5,8 @@ The package, top to bottom (imports point down; tests/test_architecture.py check
     cli.py         the `tuner` command line: parse options, call one function per command
     optimize/      `tuner optimize`: pre-flight (release, cost, --dry-run), live display, summary
     init/          `tuner init`: a commented search space for the user's model and GPU
-    study/         the run resolved once, the study loop, sampler, budget, guide, workers, recovery
+    study/         the run resolved once, the study loop, sampler, budget, guide, local search,
+                   stop rule, workers, recovery
     trial/         one trial: objective, launch and measure by stages, pruning, crash model
     predict/       from public facts: memory plan, performance estimate, GPU table, capacity
     space/         the search-space language: model, YAML schema, checks, loading, expressions
