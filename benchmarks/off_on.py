@@ -62,8 +62,9 @@ TOGGLE names the change (`TOGGLES`):
   (tuner/study/stopping.py `defaults_until`; off: never, it runs to `--trials`). A stop rule's
   change only, as `beat-defaults`.
 - `valley`: of trials one number apart that all miss the same SLO, the two beside the one
-  that misses by least, when both miss by less than 10% of the limit with more throughput than
-  the best trial within the SLOs, have the number halfway tried at the edge moves' level, and
+  that misses by least, when both miss by less than 10% of the limit with more than 3% more
+  throughput than the best trial within the SLOs, have the number halfway tried at the edge
+  moves' level, and
   the stop rule measures it before it stops (tuner/study/local_search.py `valley_level`; off:
   None).
 - `fresh-picks`: the estimate's picks pass over a configuration it scores exactly as a

@@ -123,10 +123,11 @@ def valley_moves(
     of its limit or more (`LocalSearchConfig.edge_margin`: closer, it may be past it), the one
     that misses by least and its neighbours in the row (the nearest values measured) are
     pairs. A pair counts when both miss the same SLOs (or come within `margin` of them), each
-    by less than `near` of its limit, and both measured more throughput than the best trial
-    within the SLOs by `margin` by more than `flat` (any, while none is: a pair 1% above it
-    cannot gain what a launch costs), and more than `flat` apart (two memory fractions that
-    run alike, both just past a TTFT limit, are no valley): its move is the number halfway."""
+    by less than `near` of its limit; both measured more than `flat` above the best trial that
+    meets every SLO by `margin` (any throughput, while none does: a pair 1% above it cannot
+    gain what a launch costs); and the two are more than `flat` apart (two memory fractions
+    that run alike, both just past a TTFT limit, are no valley). Its move is the number
+    halfway."""
     top = max((s[1] for _t, s in sure_view(scored, margin) if s[0] == 1), default=0.0)
     rows: dict[tuple[str, tuple[Any, ...]], dict[float, tuple[float, FrozenTrial]]] = {}
     for t, _s in scored:

@@ -42,7 +42,7 @@ edge differs from it set halfway.
 An SLO metric need not be monotone in a number: p99 TPOT falls with the draft steps while more
 drafts are accepted and rises once a step costs more than it saves. Where trials that differ
 in one number only all miss the same SLO, the two beside the one that misses by least, if both
-miss by a little and both measured more throughput than the best trial within the SLOs, leave
+miss by a little and both measured more than 3% over the best trial within the SLOs, leave
 the bottom of that metric between them: the number halfway is tried at the edge moves' level
 (a *valley* move), and the stop rule measures it before it stops.
 
