@@ -295,3 +295,32 @@ def test_header_says_when_the_server_capped_max_running_requests(storage):
     assert "max_running_requests 11 (the server capped --max-running-requests 16)" in header
     plain = render_launch_script(list(trial.server_args), trial, meta, "chosen with --trial")
     assert "max_running_requests 16," in plain and "capped" not in plain
+
+
+def test_a_close_call_names_the_trial_that_meets_every_slo_by_more(storage, tmp_path):
+    # Trial 2 (410 tok/s, p99 TTFT 1800 ms) meets 1830 ms by 1.6%: the export warns, and names
+    # the candidate with the most throughput that meets it by 2% or more, with its command.
+    result = export_trial(
+        storage, "qwen-mtp", pick="max-throughput", slos=["p99_ttft_ms<=1830"], out_dir=tmp_path
+    )
+    assert result.trial_number == 2
+    close, steadier = result.warnings
+    assert close.startswith("trial 2 meets p99 TTFT <= 1.83 s by 1.6%, less than a rerun's")
+    meta, trials = load_records(storage, "qwen-mtp")
+    steady = [
+        t
+        for t in trials
+        if t.outcome == "ok" and t.metric("p99_ttft_ms") <= 1830 * 0.98 and t.number != 2
+    ]
+    best = max(steady, key=lambda t: t.metric("output_throughput"))
+    value = best.metric("output_throughput")
+    assert steadier == (
+        f"trial {best.number} meets every SLO by 2% or more, with output_throughput "
+        f"{value:.1f} ({value / 410.0 - 1:+.1%}): tuner export --study qwen-mtp "
+        f"--trial {best.number}"
+    )
+    # Under a limit that no other candidate meets by 2%, it says so.
+    result = export_trial(
+        storage, "qwen-mtp", pick="max-throughput", slos=["p99_ttft_ms<=1210"], out_dir=tmp_path
+    )
+    assert result.warnings[-1] == "no trial meets every SLO by 2% or more of its limit"
