@@ -306,7 +306,7 @@ def test_a_close_call_names_the_trial_that_meets_every_slo_by_more(storage, tmp_
     assert result.trial_number == 2
     close, steadier = result.warnings
     assert close.startswith("trial 2 meets p99 TTFT <= 1.83 s by 1.6%, less than a rerun's")
-    meta, trials = load_records(storage, "qwen-mtp")
+    _meta, trials = load_records(storage, "qwen-mtp")
     steady = [
         t
         for t in trials

@@ -178,3 +178,37 @@ def test_the_bandwidth_world_needs_a_draft_for_its_tpot_limit(monkeypatch):
     assert not off.feasible and off.slo_values[1] > 50, off
     assert on.feasible, on
     assert on.throughput / off.throughput > on_shipped.throughput / off_shipped.throughput + 0.5
+
+
+def test_the_open_loop_cell_bounds_its_running_cap_by_what_the_gpu_runs(monkeypatch):
+    # `high: capacity` is resolved as `tuner optimize` resolves it, from what the world's GPU
+    # reports: the 27B model's weights fill most of the H100, so few requests fit at once.
+    from benchmarks.quality.worlds import load_cell
+    from tuner.predict.capacity_bound import running_capacity
+
+    monkeypatch.chdir(ROOT)
+    path = HELDOUT / "qwen27b-h100-openloop.yaml"
+    space = load_cell(path)
+    host = host_facts(space)
+    cap = space.params["max_running_requests"]
+    assert cap.high == running_capacity(space, host.model, host.gpu_memory_gb)
+    assert 4 <= cap.high < 64
+    assert space.bench.concurrency is None and space.bench.request_rate == 1.25
+    # Unresolved, the loader keeps a placeholder far above it.
+    assert load_space(path).params["max_running_requests"].high > 10 * cap.high
+
+
+def test_the_scheduler_world_makes_the_batch_cost_more(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    base = {"mem_fraction_static": 0.9, "schedule_policy": "fcfs", "chunked_prefill_size": 8192}
+    caps = (16, 40)
+    runs = _in_world_and_shipped(
+        HELDOUT / "llama8b-h200-chat-edge.yaml",
+        *({**base, "max_running_requests": c} for c in caps),
+    )
+    held = [h.slo_values[1] for h, _s in runs]
+    shipped = [s.slo_values[1] for _h, s in runs]
+    # p99 TPOT grows with the running cap faster than on the shipped profiles (16 -> 40
+    # running: x1.62 against x1.51), and 40 running break the cell's 12 ms there, not as shipped.
+    assert held[1] / held[0] > 1.05 * shipped[1] / shipped[0], (held, shipped)
+    assert shipped[1] < 12 < held[1], (held, shipped)

@@ -22,8 +22,8 @@ from benchmarks.quality.scoring import collect
 from benchmarks.quality.served import served_check
 from benchmarks.quality.study import run_study
 from benchmarks.quality.truth import Oracle, find_optimum, summarize_optimum
-from benchmarks.quality.worlds import SPACES, world_names
-from tuner.space import default_space_path, load_space
+from benchmarks.quality.worlds import SPACES, load_cell, world_names
+from tuner.space import default_space_path
 from tuner.study import quiet_optuna
 
 _TITLE = "How good is the tuner: what it finds, and what it costs, against the simulator's optimum."
@@ -32,7 +32,7 @@ _TITLE = "How good is the tuner: what it finds, and what it costs, against the s
 def run(opts: Options) -> dict[str, Any]:
     started = time.perf_counter()
     quiet_optuna()
-    seed_space = load_space(opts.space_path or default_space_path())
+    seed_space = load_cell(opts.space_path or default_space_path())
     space, notes = seed_space, []
     oracle = Oracle(space, OracleCache(space, opts.oracle_store))
     noise = NoiseModel(0.02 * opts.noise, 0.02 * opts.noise, 0.05 * opts.noise)

@@ -11,7 +11,6 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from benchmarks.oracle_measurer import NoiseModel, OracleCache, OracleMeasurer, default_store
@@ -19,7 +18,7 @@ from benchmarks.quality.grid import full_flags, nested_loops, param_values
 from tuner.engines import sglang as engine
 from tuner.results.goals import MAXIMIZE, MINIMIZE
 from tuner.results.pareto import Point, hypervolume, pareto_front
-from tuner.space import SearchSpace, load_space
+from tuner.space import SearchSpace
 
 DIRECTIONS = (MAXIMIZE, MINIMIZE)  # (throughput, latency)
 
@@ -199,11 +198,10 @@ def world_oracle(space_name: str, world: str | None) -> tuple[SearchSpace, Oracl
     """A quality cell's space in `world` (benchmarks/quality/worlds.py) and its oracle on the
     shared store of measured configurations. A space file (`*.yaml`, such as a cell of
     benchmarks/heldout/) is taken as it is, in the world it names: `world` is not read."""
-    from benchmarks.quality.worlds import world_space
+    from benchmarks.quality.worlds import load_cell, world_space
 
-    space = (
-        load_space(Path(space_name))
-        if space_name.endswith(".yaml")
-        else world_space(space_name, world)
-    )
+    if space_name.endswith(".yaml"):
+        space = load_cell(space_name)
+    else:
+        space = world_space(space_name, world)
     return space, Oracle(space, OracleCache(space, default_store()))

@@ -39,7 +39,7 @@ from benchmarks.quality.methods import ROOT
 from tuner.host import read_host_facts
 from tuner.predict.capacity_bound import running_capacity
 from tuner.space import SearchSpace, default_space_path
-from tuner.space.load import read_space_file
+from tuner.space.load import SpaceSource, read_space_file
 from tuner.study import StudyOptions, launch_target
 
 WORLDS_DIR = ROOT / "benchmarks" / "worlds"
@@ -105,6 +105,13 @@ def world_space(space_name: str, world: str | None) -> SearchSpace:
     if world and world != SHIPPED:
         overrides["sim"] = {**data.get("sim", {}), "profile_overrides": str(world_path(world))}
     overrides["name"] = f"{data['name']}.{space_name}" + (f".{world}" if world else "")
+    return with_capacity(source, **overrides)
+
+
+def with_capacity(source: SpaceSource, **overrides: Any) -> SearchSpace:
+    """`source` built with `overrides`, a bound of `high: capacity` resolved as `tuner
+    optimize` resolves it (tuner/predict/capacity_bound.py) from what the space's simulated GPU
+    reports."""
     space = source.build(**overrides)
     if space.needs_capacity:
         target = launch_target(space, StudyOptions(engine="sim"))
@@ -112,3 +119,8 @@ def world_space(space_name: str, world: str | None) -> SearchSpace:
         capacity = running_capacity(space, host.model, host.gpu_memory_gb)
         space = source.build(**overrides, capacity=capacity)
     return space
+
+
+def load_cell(path: str | Path) -> SearchSpace:
+    """A space file (a held-out cell of benchmarks/heldout/) as `tuner optimize` would run it."""
+    return with_capacity(read_space_file(path))
