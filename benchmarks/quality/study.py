@@ -52,6 +52,9 @@ class TrialLog:
     duplicate: bool
     params: dict[str, Any] = field(default_factory=dict)
     guided_by: str | None = None
+    # The share of its limit by which the trial met its closest SLO as measured (record.
+    # least_slo_margin); None when it did not complete.
+    margin: float | None = None
 
 
 @dataclass
@@ -160,4 +163,5 @@ def _log(t: optuna.trial.FrozenTrial, serve: OracleMeasurer, oracle: Oracle) -> 
         duplicate=duplicate,
         params=dict(t.params),
         guided_by=attrs.get(record.GUIDED_BY),
+        margin=record.least_slo_margin(t) if t.state == TrialState.COMPLETE else None,
     )
