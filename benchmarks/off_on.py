@@ -55,6 +55,10 @@ TOGGLE names the change (`TOGGLES`):
 - `remeasure`: before it stops, the stop rule measures again, once a study, the trial that
   missed an SLO by less than 2% of its limit with the most throughput over the best trial that
   meets every SLO by more (tuner/study/guide.py `remeasure_checks`; off: no trial twice).
+- `probe-nearest`: an edge probe moves a number halfway to the nearest value of it that a
+  trial past the edge has on that side of the best's, not to the value of the trial past the
+  edge with the most throughput (tuner/study/local_search.py `probe_nearest`; off: that
+  trial's value, as before).
 - `beat-defaults`: the study may stop only once a trial within the SLOs beats sglang's
   defaults by more than a window's move must (tuner/study/stopping.py `defaults_gain`; off: by
   any margin). A stop rule's change only: the full study is run once (`STOP_ONLY`).
@@ -203,6 +207,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "edge-checks": _guide("edge_checks"),
     "edge-tie": _local_search("edge_tie", 0.02),
     "valley": _local_search("valley_level", -20.0, off=None),
+    "probe-nearest": _local_search("probe_nearest", True, off=False),
     "edge-probe": _guide("edge_probes"),
     "probe-polish": _configs(
         {"probe_level": None, "edge_margin": 0.0}, {"probe_level": -20.0, "edge_margin": 0.0}

@@ -196,6 +196,31 @@ def halfway_in(
     return complete(space, {**params, name: value}, params)
 
 
+def nearest_past(
+    space: SearchSpace,
+    name: str,
+    best: Mapping[str, Any],
+    value: float,
+    past: list[tuple[FrozenTrial, float]],
+) -> float:
+    """Of the values of the number `name` that the trials `past` (past an SLO's edge) have on
+    `value`'s side of `best`'s, the nearest to `best`'s (on the range's scale): the edge lies
+    no farther. `value` itself when none is nearer."""
+    spec, here = space.params[name], float(best[name])
+    side = math.copysign(1.0, value - here)
+    nearest = value
+    for t, _throughput in past:
+        other = t.params.get(name)
+        if not isinstance(other, int | float) or other == here:
+            continue
+        if math.copysign(1.0, float(other) - here) != side:
+            continue
+        gap = abs(unit(spec, float(other)) - unit(spec, here))
+        if gap < abs(unit(spec, nearest) - unit(spec, here)):
+            nearest = float(other)
+    return nearest
+
+
 def by_gap(space: SearchSpace, a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     """The numbers both configurations set and set apart, the widest gap on the range's scale
     (log on a log range) first."""

@@ -78,6 +78,7 @@ from tuner.study.bisection import (
     by_gap,
     edge_moves,
     halfway_in,
+    nearest_past,
     past_edge,
     valley_moves,
     window_moves,
@@ -176,6 +177,15 @@ class LocalSearchConfig:
     # (tuner/study/guide.py `edge_probes`); this makes it as soon as the polish can, at the
     # edge moves' level (benchmarks/results/probe_polish.md). None: off.
     probe_level: float | None = -20.0
+    # The stop rule's edge probe (`edge_probes`, `seen_probe`) moves a number halfway to the
+    # nearest value of it that a trial past the edge (with more throughput than the best) has,
+    # on that trial's side of the best's, not to that trial's own value: with 36 running within
+    # a TPOT limit, 39 (at another memory fraction) and 64 past it, the probe is 37, not 48,
+    # which 39 already shows past the edge (a held-out chat cell on an H200, docs/quality.md).
+    # The polish's probe (`probe_level`) keeps the trial's own value: made nearest too, it
+    # changed full studies both ways (two seeds of that cell 1.000 -> 0.952, one development
+    # seed 0.999 -> 0.951). False: the trial's own value.
+    probe_nearest: bool = True
     # A trial within the SLOs by less than this share of a limit may be past it, measured again
     # (a p99 TPOT of 10.9 ms against 11 under 2% noise): edge moves and probes start from the
     # best trial within the SLOs by more, and take such a trial as one past the edge
@@ -440,15 +450,16 @@ class LocalSearch:
         without one), with the throughput of the trial past the edge: a memory fraction above
         what the running cap uses changes nothing the estimate predicts, and its probe would
         re-measure the best trial's run."""
-        return self._seen_probe(by_standing(trials), tried, rank)
+        return self._seen_probe(by_standing(trials), tried, rank, self.config.probe_nearest)
 
     def _seen_probe(
         self,
         scored: list[tuple[FrozenTrial, Standing]],
         tried: set[tuple[Any, ...]],
         rank: Callable[[Params], float] | None,
+        nearest: bool = False,
     ) -> tuple[Params, float] | None:
-        probes = self._probes(scored, tried)
+        probes = self._probes(scored, tried, nearest)
         if not probes or rank is None:
             return probes[0] if probes else None
         here = rank(dict(scored[0][0].params))
@@ -463,10 +474,13 @@ class LocalSearch:
         range's scale) first, each with that throughput; [] when there is none. A probe past
         the edge becomes an edge move's bound (`edge_move`); one within it, a better best. The
         stop rule measures one before it stops (tuner/study/stopping.py EDGE_PROBE)."""
-        return self._probes(by_standing(trials), tried)
+        return self._probes(by_standing(trials), tried, self.config.probe_nearest)
 
     def _probes(
-        self, scored: list[tuple[FrozenTrial, Standing]], tried: set[tuple[Any, ...]]
+        self,
+        scored: list[tuple[FrozenTrial, Standing]],
+        tried: set[tuple[Any, ...]],
+        nearest: bool = False,
     ) -> list[tuple[Params, float]]:
         scored = sure_view(scored, self.config.edge_margin)
         if not scored or scored[0][1][0] != 1 or not scored[0][0].values:
@@ -474,13 +488,14 @@ class LocalSearch:
         best = scored[0][0]
         past = past_edge(self.space, scored, float(best.values[0]), self.config.cut_edges)
         for t, value in sorted(past, key=lambda tv: tv[1], reverse=True):
-            probes = [
-                probe
-                for name in by_gap(self.space, best.params, t.params)
-                if (probe := halfway_in(self.space, best.params, name, float(t.params[name])))
-                is not None
-                and key(probe) not in tried
-            ]
+            probes = []
+            for name in by_gap(self.space, best.params, t.params):
+                target = float(t.params[name])
+                if nearest:
+                    target = nearest_past(self.space, name, best.params, target, past)
+                probe = halfway_in(self.space, best.params, name, target)
+                if probe is not None and key(probe) not in tried:
+                    probes.append(probe)
             if probes:
                 return [(probe, value) for probe in probes]
         return []
