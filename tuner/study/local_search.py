@@ -37,7 +37,8 @@ the SLO's edge between the two. Edge moves start from the best trial and from ev
 configurations that run alike, and a bisection begun from one goes on instead of starting over
 from the other's range ends. Where no trial one number from the best marks an edge, the stop
 rule may *probe* one (`edge_probes`): the best trial with a number in which a trial past the
-edge differs from it set halfway.
+edge differs from it set halfway to the nearest value of that number any trial past the edge
+has on that side (`probe_nearest`); the polish's own probe goes halfway to the trial's value.
 
 An SLO metric need not be monotone in a number: p99 TPOT falls with the draft steps while more
 drafts are accepted and rises once a step costs more than it saves. Where trials that differ

@@ -31,12 +31,12 @@
    than `min_gain` over the best (a running cap between a feasible 34 and a 64 past the TPOT
    limit: the estimate cannot say where between them the limit falls), and, once a study,
    where no trial one number from the best marks such an edge, the best trial's number that
-   differs most from a trial past the edge is probed halfway
-   (`EDGE_PROBE`: the best at 35 running with memory 0.93, the trial past the edge at 64 with
-   0.91), nor a *valley* between two trials one number apart that both miss the same SLO by
-   a little and measured more than `min_gain` over the best (`VALLEY_CHECK`: draft steps 2 and
-   5 both just past a TPOT limit that 3 steps meet): those are measured first, as the
-   estimate's expected gains are.
+   differs most from a trial past the edge is probed halfway to the nearest value of it a
+   trial past the edge has (`EDGE_PROBE`: the best at 35 running with memory 0.93, the trial
+   past the edge at 64 with 0.91), nor a *valley* between two trials one number apart that
+   both miss the same SLO by a little and measured more than `min_gain` over the best
+   (`VALLEY_CHECK`: draft steps 2 and 5 both just past a TPOT limit that 3 steps meet): those
+   are measured first, as the estimate's expected gains are.
    The gain is the estimate's score of its best untried configuration over its score of the
    best measured configuration: the same model on both sides, so its bias cancels and what is
    left is the difference it predicts. When it predicts more, the study measures that configuration
