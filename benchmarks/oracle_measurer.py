@@ -183,6 +183,10 @@ class OracleCache:
         h.update(repr(bench.warmup_requests).encode())
         return h.hexdigest()[:20]
 
+    def configurations(self) -> list[tuple[str, ...]]:
+        """The server argvs this cache holds a result for (loaded from the store or run)."""
+        return list(self._results)
+
     def save(self) -> None:
         """Write the results to the store (merged with what another run saved meanwhile)."""
         if self._file is None or len(self._results) == self._loaded:

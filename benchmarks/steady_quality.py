@@ -46,7 +46,7 @@ from tuner.study import quiet_optuna
 
 def judged(oracle: Oracle, cache: OracleCache) -> list[Truth]:
     """Every configuration of the space the oracle cache holds, judged."""
-    return [oracle.of_args(list(args)) for args in list(cache._results)]
+    return [oracle.of_args(list(args)) for args in cache.configurations()]
 
 
 def main(cells: list[str], seeds: int) -> None:
