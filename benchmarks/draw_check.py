@@ -49,7 +49,7 @@ if __name__ == "__main__":  # run as a file: the benchmarks package lives one fo
 import numpy as np
 
 from benchmarks.oracle_measurer import NoiseModel, OracleCache, default_store
-from benchmarks.quality.methods import METHODS
+from benchmarks.quality.methods import method_named
 from benchmarks.quality.study import run_study
 from benchmarks.quality.truth import Oracle, Truth
 from benchmarks.quality.worlds import world_space
@@ -91,7 +91,7 @@ def on_draw(space: SearchSpace, draw: int) -> SearchSpace:
 def picks(space: SearchSpace, oracle: Oracle, seeds: int) -> list[dict[str, Any]]:
     """Each seed's 40-trial pick of the default method: its best measured trial within the
     SLOs."""
-    method = next(m for m in METHODS if m.name == "default")
+    method = method_named("default")
     noise = NoiseModel()
     chosen = []
     for seed in range(seeds):

@@ -32,7 +32,7 @@ def _cell_seed(task: tuple[str, str, int, float | None]) -> Hit | None:
     from benchmarks.off_on import outcome
     from benchmarks.oracle_measurer import NoiseModel
     from benchmarks.quality import study
-    from benchmarks.quality.methods import METHODS
+    from benchmarks.quality.methods import method_named
     from benchmarks.quality.truth import world_oracle
     from tuner.study import stopping
     from tuner.study.loop import quiet_optuna
@@ -40,7 +40,7 @@ def _cell_seed(task: tuple[str, str, int, float | None]) -> Hit | None:
     quiet_optuna()
     space, oracle = world_oracle(space_name, world)
     noise = NoiseModel(0.02, 0.02, 0.05)
-    default = next(m for m in METHODS if m.name == "default")
+    default = method_named("default")
     reasons: list[str] = []
     rule = (
         stopping.StopRule

@@ -21,13 +21,13 @@ def _study(task: tuple[str, str, int, str]) -> tuple[int, int, list[tuple[int, i
     world, space_name, seed, method_name = task
     from benchmarks.oracle_measurer import NoiseModel
     from benchmarks.quality import study
-    from benchmarks.quality.methods import METHODS
+    from benchmarks.quality.methods import method_named
     from benchmarks.quality.truth import world_oracle
     from tuner.study.loop import quiet_optuna
 
     quiet_optuna()
     space, oracle = world_oracle(space_name, world)
-    method = next(m for m in METHODS if m.name == method_name)
+    method = method_named(method_name)
     run = study.run_study(method, seed, 40, space, oracle, NoiseModel(0.02, 0.02, 0.05))
     oracle.save()
     seen: dict[tuple[Any, ...], tuple[int, dict[str, Any]]] = {}

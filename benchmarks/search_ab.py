@@ -33,7 +33,7 @@ def _study(task: tuple[str, str, int, str]) -> tuple[str, float, float, list[flo
     world, space_name, seed, variant = task
     from benchmarks.oracle_measurer import NoiseModel
     from benchmarks.quality import study
-    from benchmarks.quality.methods import METHODS
+    from benchmarks.quality.methods import method_named
     from benchmarks.quality.truth import world_oracle
     from tuner.study.local_search import LocalSearchConfig
     from tuner.study.loop import quiet_optuna
@@ -42,7 +42,7 @@ def _study(task: tuple[str, str, int, str]) -> tuple[str, float, float, list[flo
     space, oracle = world_oracle(space_name, world)
     name, fields = _parse(variant)
     method_name = name.split("/")[0] if "/" in name else "default"
-    method = next(m for m in METHODS if m.name == method_name)
+    method = method_named(method_name)
     if fields:
         method = replace(method, guide=(("local_search", LocalSearchConfig(**fields)),))
     run = study.run_study(method, seed, 40, space, oracle, NoiseModel(0.02, 0.02, 0.05))

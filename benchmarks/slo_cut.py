@@ -38,7 +38,7 @@ def _stage_loads(task: tuple[str, str, int]) -> list[tuple[str, str, list[float]
     from benchmarks.early_cut import Seen, pruner_config
     from benchmarks.oracle_measurer import NoiseModel
     from benchmarks.quality import study
-    from benchmarks.quality.methods import METHODS
+    from benchmarks.quality.methods import method_named
     from benchmarks.quality.truth import world_oracle
     from tuner.results import record
     from tuner.study.loop import quiet_optuna
@@ -46,7 +46,7 @@ def _stage_loads(task: tuple[str, str, int]) -> list[tuple[str, str, list[float]
 
     quiet_optuna()
     space, oracle = world_oracle(space_name, world)
-    default = next(m for m in METHODS if m.name == "default")
+    default = method_named("default")
     seen = Seen()
     with pruner_config(StagePrunerConfig(slo_cut=False), seen):
         study.run_study(default, seed, 40, space, oracle, NoiseModel(0.02, 0.02, 0.05))

@@ -36,7 +36,7 @@ if __name__ == "__main__":  # run as a file: the benchmarks package lives one fo
 
 from benchmarks.draw_check import excess
 from benchmarks.oracle_measurer import NoiseModel, OracleCache, default_store
-from benchmarks.quality.methods import METHODS
+from benchmarks.quality.methods import method_named
 from benchmarks.quality.study import run_study
 from benchmarks.quality.truth import Oracle, Truth
 from benchmarks.quality.worlds import world_space
@@ -51,7 +51,7 @@ def judged(oracle: Oracle, cache: OracleCache) -> list[Truth]:
 
 def main(cells: list[str], seeds: int) -> None:
     quiet_optuna()
-    method = next(m for m in METHODS if m.name == "default")
+    method = method_named("default")
     for cell in cells:
         world, space_name = cell.split(":")
         space = world_space(space_name, world)

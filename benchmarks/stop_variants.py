@@ -37,7 +37,7 @@ def _cell_seed(task: tuple[str, str, int, list[str]]) -> tuple[str, str, dict[st
     world, space_name, seed, variants = task
     from benchmarks.oracle_measurer import NoiseModel
     from benchmarks.quality import study
-    from benchmarks.quality.methods import METHODS
+    from benchmarks.quality.methods import method_named
     from benchmarks.quality.truth import world_oracle
     from tuner.study.loop import quiet_optuna
     from tuner.study.stopping import DEFAULT_MIN_GAIN, StopRule
@@ -45,7 +45,7 @@ def _cell_seed(task: tuple[str, str, int, list[str]]) -> tuple[str, str, dict[st
     quiet_optuna()
     space, oracle = world_oracle(space_name, world)
     noise = NoiseModel(0.02, 0.02, 0.05)
-    default = next(m for m in METHODS if m.name == "default")
+    default = method_named("default")
     out = {"full": outcome(study.run_study(default, seed, 40, space, oracle, noise))}
     for variant in variants:
         fields = variant.split(":")

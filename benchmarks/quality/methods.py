@@ -135,6 +135,14 @@ METHODS = (
 )
 
 
+def method_named(name: str) -> Method:
+    """The method of METHODS with this name (SystemExit naming the others when none has it)."""
+    for method in METHODS:
+        if method.name == name:
+            return method
+    raise SystemExit(f"unknown method {name!r}: one of {', '.join(m.name for m in METHODS)}")
+
+
 @dataclass(frozen=True)
 class Options:
     # 20, 40 and 80 as the issue asks; 200 so that trials-to-95% is measured for the slow ones.
