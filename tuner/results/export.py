@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from collections.abc import Sequence
@@ -24,7 +25,7 @@ import yaml
 from optuna.storages import BaseStorage
 
 from tuner.engines.sglang import LAUNCH_MODULE
-from tuner.results.goals import MAXIMIZE, SLO_NOISE, Slo, close_call, slo_margins
+from tuner.results.goals import MAXIMIZE, SLO_NOISE, Slo, close_call, slo_margins, steadiest
 from tuner.results.pick import Pick, candidates, choose_trial, default_pick
 from tuner.results.server_config import (
     ConfigFile,
@@ -91,15 +92,12 @@ def _steadier(
     if slos:
         meta, trials = with_slos(meta, trials, slos)
     in_force = slos or meta.slos
-    steady = [
-        t
-        for t in candidates(trials, meta)
-        if t.number != chosen.number
-        and (margins := _margins(t, in_force))
-        and margins[0][1] >= SLO_NOISE
-    ]
     sign = 1.0 if meta.throughput.direction == MAXIMIZE else -1.0
-    best = max(steady, key=lambda t: sign * (t.metric(meta.throughput.metric) or 0.0), default=None)
+    best = steadiest(
+        (t for t in candidates(trials, meta) if t.number != chosen.number),
+        lambda t: margins[0][1] if (margins := _margins(t, in_force)) else -math.inf,
+        lambda t: sign * (t.metric(meta.throughput.metric) or 0.0),
+    )
     if best is None:
         return f"no trial meets every SLO by {SLO_NOISE:.0%} or more of its limit"
     value = best.metric(meta.throughput.metric) or 0.0

@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from tuner.errors import UserError
 
@@ -221,6 +221,18 @@ def capacity_words(rate: float, slos: Sequence[Slo]) -> str:
 # within by less held on 5 of 16 fresh draws, the others on 46 of 52
 # (benchmarks/results/draw_check.md).
 SLO_NOISE: Final = 0.02
+
+
+_T = TypeVar("_T")
+
+
+def steadiest(
+    items: Iterable[_T], margin: Callable[[_T], float], value: Callable[[_T], float]
+) -> _T | None:
+    """The item with the most `value` of those that meet every SLO by `SLO_NOISE` or more
+    (`margin`: the share of its limit by which an item meets its closest SLO): what a close
+    call's steadier choice is, in the summary and in `tuner export`. None when none does."""
+    return max((i for i in items if margin(i) >= SLO_NOISE), key=value, default=None)
 
 
 def slo_margins(constraints: Mapping[str, float], slos: Sequence[Slo]) -> list[tuple[Slo, float]]:

@@ -32,7 +32,7 @@ from optuna.trial import TrialState
 from tuner.engines.model_config import ModelMemory
 from tuner.errors import UserError
 from tuner.results import record
-from tuner.results.goals import MAXIMIZE, MINIMIZE, SLO_NOISE, goal_named
+from tuner.results.goals import MAXIMIZE, MINIMIZE, goal_named, steadiest
 from tuner.results.pareto import Point, pareto_front
 from tuner.results.storage import describe_storage, open_storage, storage_file
 from tuner.results.study_lock import LOCK_SUFFIX, StudyLock, ensure_writable_file
@@ -479,9 +479,5 @@ def summarize(
         goal=study.user_attrs.get(record.STUDY_GOAL),
         pruned=len(cut),
         pruned_saved_s=sum(float(c.get("time_saved_s") or 0.0) for c in cut),
-        steady=max(
-            (t for t in feasible if record.least_slo_margin(t) >= SLO_NOISE),
-            key=lambda t: t.values[0],
-            default=None,
-        ),
+        steady=steadiest(feasible, record.least_slo_margin, lambda t: t.values[0]),
     )
