@@ -7,6 +7,9 @@ TOGGLE names the change (`TOGGLES`):
 - `slo-cut`: the stage pruner's SLO cut (tuner/trial/pruning.py `slo_cut`). Off, the pruner is
   the one before it came and no trial is learnt from by its stage figures, so `off` reproduces
   the studies of the code before the cut.
+- `alike`: the stage pruner's first rule counts as dominators only completed trials with the
+  trial's categorical choices (tuner/trial/pruning.py `alike_dominators`; off: any feasible
+  completed trial, as before).
 - `doomed`: the local search's wait for moves the estimate scores far below the trial they
   move from (tuner/study/local_search.py `doomed_penalty`; on: 3 levels, off: 0).
 - `extend`: the local search extends the move that reached the best trial only when the best
@@ -113,11 +116,16 @@ Outcome = tuple[float, float, int, list[float], list[tuple[float, float]]]
 Runs = dict[str, Outcome]  # "full-off", "stop-off", "full-on", "stop-on"
 
 
-def _slo_cut(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
-    from benchmarks.early_cut import Seen, pruner_config
-    from tuner.trial import StagePrunerConfig
+def _pruner(field: str) -> Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]:
+    """A toggle of one boolean StagePrunerConfig field, the rest default."""
 
-    return method, pruner_config(StagePrunerConfig(slo_cut=on), Seen())
+    def toggle(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+        from benchmarks.early_cut import Seen, pruner_config
+        from tuner.trial import StagePrunerConfig
+
+        return method, pruner_config(StagePrunerConfig(**{field: on}), Seen())
+
+    return toggle
 
 
 def _configs(off: dict[str, Any], on: dict[str, Any]) -> Callable[[Any, bool], tuple[Any, Any]]:
@@ -194,7 +202,8 @@ def _stop_rule(
 
 
 TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]] = {
-    "slo-cut": _slo_cut,
+    "slo-cut": _pruner("slo_cut"),
+    "alike": _pruner("alike_dominators"),
     "doomed": _local_search("doomed_penalty", 3.0),
     "extend": _local_search("extend_min_gain", 0.03),
     "flat": _local_search("flat_penalty", 3.0),
@@ -256,7 +265,7 @@ def _cell_seed(task: tuple[str, str, str, int]) -> tuple[str, str, int, Runs]:
     toggle, world, space_name, seed = task
     from benchmarks.oracle_measurer import NoiseModel
     from benchmarks.quality import study
-    from benchmarks.quality.methods import METHODS
+    from benchmarks.quality.methods import method_named
     from benchmarks.quality.truth import world_oracle
     from tuner.study.loop import quiet_optuna
     from tuner.study.stopping import DEFAULT_MIN_GAIN
@@ -264,7 +273,7 @@ def _cell_seed(task: tuple[str, str, str, int]) -> tuple[str, str, int, Runs]:
     quiet_optuna()
     space, oracle = world_oracle(space_name, world)
     noise = NoiseModel(0.02, 0.02, 0.05)
-    default = next(m for m in METHODS if m.name == os.environ.get("OFF_ON_METHOD", "default"))
+    default = method_named(os.environ.get("OFF_ON_METHOD", "default"))
     out: Runs = {}
     for state in ("off", "on"):
         stop = replace(default, min_gain=DEFAULT_MIN_GAIN)

@@ -73,6 +73,23 @@ def test_infeasible_trials_do_not_count_as_dominators():
     assert decide(1, 4, StagePoint(60.0, 40.0), mixed, CONFIG).prune
 
 
+def test_only_trials_with_its_categorical_choices_dominate_it():
+    # The first stage ramps by the categorical choices (a larger prefill chunk ramps up more):
+    # the fixed margin compares only trials that share them.
+    chunk_8k, chunk_16k = (("chunked_prefill_size", "8192"),), (("chunked_prefill_size", "16384"),)
+    history = [replace(p, group=chunk_8k) for p in HISTORY]
+    current = StagePoint(60.0, 40.0, group=chunk_16k)
+    d = decide(1, 4, current, history, CONFIG)
+    assert not d.prune and "0 trials with its categorical choices" in d.reason
+    # Two dominators with its choices are enough again.
+    mixed = [*history[:3], *(replace(p, group=chunk_16k) for p in history[3:])]
+    d = decide(1, 4, current, mixed, CONFIG)
+    assert d.prune and "2 of them with its categorical choices" in d.reason
+    # Off, or where the trial's choices are not known, any feasible trial dominates it.
+    assert decide(1, 4, current, history, replace(CONFIG, alike_dominators=False)).prune
+    assert decide(1, 4, replace(current, group=None), history, CONFIG).prune
+
+
 # -- the front cut: can the trial still reach the front of feasible full runs? ----------------
 
 FRONT = StagePrunerConfig(n_startup_trials=100, front_min_trials=3, front_slack=0.05)

@@ -204,7 +204,7 @@ def _space(tmp_path: Path, source: str, params: dict[str, object] | None = None)
     return path
 
 
-def _study(space_path: Path, queued: list[int] | list[dict[str, object]]):
+def _study(space_path: Path, queued: list[int] | list[dict[str, object]], pruner=None):
     """The real objective and study loop, served by the simulator's oracle; the caps (or
     params) queued."""
     from tuner.launcher import LaunchTarget
@@ -224,7 +224,7 @@ def _study(space_path: Path, queued: list[int] | list[dict[str, object]]):
             space=space,
             study_dir=space_path.parent,
             target=LaunchTarget(),
-            pruner=StagePruner(enabled=False),
+            pruner=pruner or StagePruner(enabled=False),
             crash_model=None,
             model_memory=facts.model,
             gpu_memory_gb=facts.gpu_memory_gb,
@@ -364,3 +364,32 @@ def test_the_guide_passes_over_picks_whose_run_a_trial_measured():
     assert known({**params, "mem_fraction_static": 0.8, "cuda_graph_max_bs_decode": 64})
     assert not known({**params, "max_running_requests": 44})
     assert not known({**params, "schedule_policy": "lpm"})
+
+
+def test_the_stage_pruner_knows_each_trials_categorical_choices(tmp_path):
+    """The first rule compares stage figures only between trials that share their categorical
+    choices (tuner/trial/pruning.py): the objective gives it them, for the trial and the
+    completed ones."""
+    from tuner.trial import StagePruner
+
+    class Recording(StagePruner):
+        def decide(self, stage, n_stages, current, history):
+            seen.append((current.group, [p.group for p in history]))
+            return super().decide(stage, n_stages, current, history)
+
+    seen: list = []
+    params = {
+        "max_running_requests": {"low": 4, "high": 128, "log": True},
+        "chunked_prefill_size": {"choices": [4096, 8192]},
+    }
+    queued = [
+        {"max_running_requests": 16, "chunked_prefill_size": 8192},
+        {"max_running_requests": 32, "chunked_prefill_size": 4096},
+        {"max_running_requests": 64, "chunked_prefill_size": 4096},  # not run (len - 1)
+    ]
+    _study(_space(tmp_path, "qwen3-8b-h200", params), queued, Recording(enabled=False))
+    own = (("chunked_prefill_size", "4096"),)
+    assert seen[0][0] == (("chunked_prefill_size", "8192"),)
+    second = [(group, history) for group, history in seen if history]
+    assert second and all(group == own for group, _ in second)
+    assert all(history == [(("chunked_prefill_size", "8192"),)] for _, history in second)

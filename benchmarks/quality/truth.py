@@ -136,8 +136,11 @@ def coordinate_sweep(oracle: Oracle, start: dict[str, Any]) -> Iterator[dict[str
 
 def find_optimum(oracle: Oracle, dense_points: int, refine: bool) -> OptimumReport:
     started = time.perf_counter()
-    for params in nested_loops(oracle.space, lambda p: param_values(p, dense_points)):
+    for i, params in enumerate(nested_loops(oracle.space, lambda p: param_values(p, dense_points))):
         oracle.of_params(params)
+        if i % 500 == 499:  # a long grid keeps what it measured if it is stopped
+            oracle.save()
+            print(f"  dense grid: {i + 1} configurations", flush=True)
     if refine:
         _refine(oracle)
     return summarize_optimum(oracle, time.perf_counter() - started)

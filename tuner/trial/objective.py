@@ -124,6 +124,7 @@ class TrialObjective:
                     feasible=feasible,
                     final=final,
                     final_slos=final_slos,
+                    group=self._group(t.params),
                 )
                 points.append(point)
         return points
@@ -135,6 +136,15 @@ class TrialObjective:
             latency=_finite(summary.get(objectives.latency)),
             duration_s=float(summary.get("duration", 0.0) or 0.0),
             slos=self._slo_loads(summary),
+        )
+
+    def _group(self, params: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+        """The categorical choices of a trial's params: the stage pruner's first rule compares
+        stage figures only between trials that share them (tuner/trial/pruning.py)."""
+        return tuple(
+            (name, repr(params[name]))
+            for name, spec in sorted(self.space.params.items())
+            if spec.kind == "categorical" and name in params
         )
 
     def _slo_loads(self, summary: dict[str, Any]) -> tuple[float, ...]:
@@ -347,7 +357,10 @@ class TrialObjective:
                 latency=point.latency,
             )
             decision = self.config.pruner.decide(
-                stage, n_stages, point, self._stage_history(trial.study, stage)
+                stage,
+                n_stages,
+                replace(point, group=self._group(trial.params)),
+                self._stage_history(trial.study, stage),
             )
             if decision.prune:
                 trial.set_user_attr(

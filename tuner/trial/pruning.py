@@ -30,7 +30,12 @@ a 10 s limit) ran its whole benchmark, 3.5 times a normal trial's GPU time.
 Once `front_min_trials` full runs are known, the front cut alone decides: the first rule compares
 stage figures across configurations with a fixed 10% margin, and configurations ramp differently
 (in the quality benchmark's tpot-8b space the first rule cut a study's best configuration after
-its first stage, which measured 2,734 tok/s against the 4,074 of its full run).
+its first stage, which measured 2,734 tok/s against the 4,074 of its full run). Before that, the
+first rule counts as dominators only completed trials with the trial's own categorical choices
+(`alike_dominators`): what ramps differently is a different prefill chunk, queue policy, cache or
+draft (chunks of 16,384 ramped 1.16-1.18x from their first stage to a full run in a chat cell
+on an H200, which no trial with chunks of 4,096 or 8,192 had shown), while trials apart only in
+numbers are compared as before.
 
     pruner = StagePruner(StagePrunerConfig(n_startup_trials=5))
     decision = pruner.decide(stage=1, n_stages=4, current=StagePoint(120.0, 35.0), history=[...])
@@ -63,6 +68,9 @@ class StagePoint:
     # and a completed trial's full-run loads.
     slos: tuple[float, ...] = ()
     final_slos: tuple[float, ...] | None = None
+    # The configuration's categorical choices (chunk size, policy, HiCache, draft algorithm):
+    # configurations that share them ramp alike (the first rule); None: not known.
+    group: tuple[tuple[str, str], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,7 @@ class StagePrunerConfig:
     percentile: float = 25.0  # throughput below this percentile of theirs is "poor"
     margin: float = 0.10  # a dominator has >= (1 + margin) x the throughput
     min_dominators: int = 2  # how many completed trials must dominate it
+    alike_dominators: bool = True  # only trials with its categorical choices dominate it
     min_stage: int = 0  # earliest stage index at which pruning may happen
     front_cut: bool = True  # cut a trial whose best case cannot reach the front (module doc)
     front_min_trials: int = 8  # completed trials whose stage-to-full-run factors are known
@@ -146,18 +155,22 @@ def _dominated_at_stage(
             False, f"throughput {current.throughput:.1f} >= p{config.percentile:g} {floor:.1f}"
         )
     # Only trials that met the SLOs count as dominators: a configuration beaten only by
-    # infeasible ones may still be the best feasible choice.
+    # infeasible ones may still be the best feasible choice. And only trials with its own
+    # categorical choices, whose first stages ramp as its does: the fixed margin holds there.
+    alike = config.alike_dominators and current.group is not None
     dominators = [
         p
         for p in history
         if p.feasible
+        and (not alike or p.group == current.group)
         and p.throughput >= current.throughput * (1.0 + config.margin)
         and p.latency <= current.latency
     ]
     if len(dominators) < config.min_dominators:
         return PruneDecision(
             False,
-            f"throughput low but only {len(dominators)} trials dominate it "
+            f"throughput low but only {len(dominators)} trials"
+            f"{' with its categorical choices' if alike else ''} dominate it "
             f"(need {config.min_dominators})",
         )
     reason = (
@@ -167,7 +180,8 @@ def _dominated_at_stage(
     if dominators:
         best = max(dominators, key=lambda p: p.throughput)
         reason += (
-            f", and {len(dominators)} of them dominate it (best {best.throughput:.1f} at "
+            f", and {len(dominators)} of them{' with its categorical choices' if alike else ''} "
+            f"dominate it (best {best.throughput:.1f} at "
             f"latency {best.latency:.1f} vs {current.latency:.1f})"
         )
     return PruneDecision(
