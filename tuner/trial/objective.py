@@ -63,6 +63,10 @@ class TrialObjective:
             config.target, config.space, config.study_dir
         )
         self.same_run = SameRunRules.of(config.space, config.model_memory, config.gpu_memory_gb)
+        # The params whose choices make a stage point's group (`_group`): fixed by the space.
+        self._categorical = sorted(
+            name for name, spec in self.space.params.items() if spec.kind == "categorical"
+        )
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -141,11 +145,7 @@ class TrialObjective:
     def _group(self, params: dict[str, Any]) -> tuple[tuple[str, str], ...]:
         """The categorical choices of a trial's params: the stage pruner's first rule compares
         stage figures only between trials that share them (tuner/trial/pruning.py)."""
-        return tuple(
-            (name, repr(params[name]))
-            for name, spec in sorted(self.space.params.items())
-            if spec.kind == "categorical" and name in params
-        )
+        return tuple((name, repr(params[name])) for name in self._categorical if name in params)
 
     def _slo_loads(self, summary: dict[str, Any]) -> tuple[float, ...]:
         """Each SLO's value over its limit (its limit over the value for a lower bound): over 1
