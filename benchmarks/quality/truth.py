@@ -176,6 +176,8 @@ def _sweep_once(oracle: Oracle, params: dict[str, Any], swept: set[str]) -> None
     swept.add(key)
     for neighbour in coordinate_sweep(oracle, params):
         oracle.of_params(neighbour)
+    if len(swept) % 10 == 0:  # a long refinement keeps what it measured if it is stopped
+        oracle.save()
 
 
 def summarize_optimum(oracle: Oracle, seconds: float) -> OptimumReport:

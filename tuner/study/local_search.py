@@ -257,7 +257,8 @@ class LocalSearch:
             found = [params for params, _past in self._edge_bounds(scored)]
             bisections += [(self.config.edge_level, p) for p in found]
             if not found and self.config.probe_level is not None:
-                probe = self._seen_probe(scored, tried, self.rank)
+                # The polish's own probe goes to the trial's value (`probe_nearest`'s note).
+                probe = self._seen_probe(scored, tried, self.rank, nearest=False)
                 if probe is not None:
                     bisections.append((self.config.probe_level, probe[0]))
         if self.config.valley_level is not None:
@@ -458,7 +459,7 @@ class LocalSearch:
         scored: list[tuple[FrozenTrial, Standing]],
         tried: set[tuple[Any, ...]],
         rank: Callable[[Params], float] | None,
-        nearest: bool = False,
+        nearest: bool,
     ) -> tuple[Params, float] | None:
         probes = self._probes(scored, tried, nearest)
         if not probes or rank is None:
@@ -481,7 +482,7 @@ class LocalSearch:
         self,
         scored: list[tuple[FrozenTrial, Standing]],
         tried: set[tuple[Any, ...]],
-        nearest: bool = False,
+        nearest: bool,
     ) -> list[tuple[Params, float]]:
         scored = sure_view(scored, self.config.edge_margin)
         if not scored or scored[0][1][0] != 1 or not scored[0][0].values:
