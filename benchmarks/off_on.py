@@ -58,6 +58,10 @@ TOGGLE names the change (`TOGGLES`):
 - `remeasure`: before it stops, the stop rule measures again, once a study, the trial that
   missed an SLO by less than 2% of its limit with the most throughput over the best trial that
   meets every SLO by more (tuner/study/guide.py `remeasure_checks`; off: no trial twice).
+- `step-back`: when the stop rule's re-measurement misses the SLO by less than 2% of its limit
+  again, the stop rule measures it moved one step towards the best trial that meets every SLO
+  by more (tuner/study/guide.py `step_back_checks`; off: no step back). A stop rule's change
+  only (`STOP_ONLY`).
 - `probe-nearest`: an edge probe moves a number halfway to the nearest value of it that a
   trial past the edge has on that side of the best's, not to the value of the trial past the
   edge with the most throughput (tuner/study/local_search.py `probe_nearest`; off: that
@@ -229,6 +233,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "known-blind": _local_search("blind_known_skip", True, off=False),
     "cut-edges": _local_search("cut_edges", True, off=False),
     "remeasure": _guide("remeasure_checks"),
+    "step-back": _guide("step_back_checks"),
     "beat-defaults": _stop_rule("defaults_gain", 0.0),  # off: any margin over the defaults
     "defaults-until": _stop_rule("defaults_until", 10**9),  # off: the defaults never stop it
     "fresh-picks": _guide("fresh_picks"),
@@ -237,7 +242,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
 
 # Toggles of the stop rule alone: a full study (no stop rule) runs the same off and on, so it is
 # run once.
-STOP_ONLY = frozenset({"beat-defaults", "defaults-until"})
+STOP_ONLY = frozenset({"beat-defaults", "defaults-until", "step-back"})
 
 
 def outcome(run: Any) -> Outcome:

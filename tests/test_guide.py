@@ -481,6 +481,65 @@ def test_before_the_study_stops_it_measures_again_a_trial_that_missed_an_slo_by_
     assert past is None or past.check != REMEASURE_CHECK
 
 
+def test_a_remeasurement_that_misses_by_the_noise_again_steps_back_one_number():
+    """tpot-8b, HiCache 4x slower, seed 6: 38 running missed the 11 ms p99 TPOT limit by 0.6%
+    and, measured again, by 0.3% (10.98 ms without noise); 37 meets it by 1.2% with the same
+    throughput, and the study stopped at 32 running, 0.934 of its full study's best. When the
+    re-measurement still misses by less than a rerun's noise, the stop rule measures the
+    configuration one step from it towards the best trial that meets every SLO by more
+    (tuner/study/stopping.py STEP_BACK), once a study; not when it then met the limit."""
+    from tuner.space.load import space_from_dict
+    from tuner.study.stopping import REMEASURE_CHECK, STEP_BACK
+
+    space = space_from_dict(_TPOT_SPACE)
+    config = GuideConfig(edge_checks=False, edge_probes=False)
+    guide = Guide(space, _estimator(), config, seed=0)
+
+    def study_with(again_tpot: float) -> optuna.Study:
+        study = optuna.create_study(directions=["maximize", "minimize"])
+        for running, throughput, tpot in ((35, 3582.0, -0.04), (38, 3879.0, 0.006)):
+            params = {"max_running_requests": running, "mem_fraction_static": 0.94}
+            _tpot_trial(study, params, throughput, tpot)
+        outlook = guide.outlook(study, min_gain=0.02)
+        assert outlook is not None and outlook.check == REMEASURE_CHECK
+        _tpot_trial(study, outlook.params, 3859.0, again_tpot, guided_by=REMEASURE_CHECK)
+        return study
+
+    study = study_with(0.003)
+    back = guide.outlook(study, min_gain=0.02)
+    assert back is not None and back.check == STEP_BACK
+    assert back.params == {"max_running_requests": 37, "mem_fraction_static": 0.94}
+    assert back.gain == pytest.approx(3859 / 3582 - 1)
+    assert "still missed p99 TPOT <= 11 ms by 0.3%" in back.why
+    off = Guide(space, _estimator(), replace(config, step_back_checks=False), seed=0)
+    assert (off.outlook(study, min_gain=0.02) or back).check != STEP_BACK
+    assert (guide.outlook(study, min_gain=0.1) or back).check != STEP_BACK  # +7.7% < 10%
+    # Once a study.
+    _tpot_trial(study, back.params, 3838.0, 0.001, guided_by=STEP_BACK)
+    assert (guide.outlook(study, min_gain=0.02) or back).check != STEP_BACK
+    # Measured again within the limit: nothing to step back from.
+    met = guide.outlook(study_with(-0.004), min_gain=0.02)
+    assert met is None or met.check != STEP_BACK
+    # Missed again by more than the noise: past the edge, no step back either.
+    far = guide.outlook(study_with(0.05), min_gain=0.02)
+    assert far is None or far.check != STEP_BACK
+
+
+def test_a_step_towards_a_value_moves_by_the_ranges_step():
+    from tuner.space.load import space_from_dict
+    from tuner.study.bisection import step_toward
+
+    space = space_from_dict(_TPOT_SPACE)
+    params = {"max_running_requests": 38, "mem_fraction_static": 0.94}
+    assert step_toward(space, params, "max_running_requests", 35) == {
+        "max_running_requests": 37,
+        "mem_fraction_static": 0.94,
+    }
+    assert step_toward(space, params, "mem_fraction_static", 0.7)["mem_fraction_static"] == 0.93
+    assert step_toward(space, params, "mem_fraction_static", 0.95) is None  # one step away
+    assert step_toward(space, params, "max_running_requests", 38) is None
+
+
 def test_before_the_study_stops_it_tries_between_two_trials_just_past_an_slo():
     """An SLO metric need not be monotone in a number (p99 TPOT in the draft steps: 18.9 and
     18.8 ms at 2 and 5 steps, 17.5 at 3, in the held-out Qwen3.6-27B cell). Where the trials of

@@ -196,6 +196,21 @@ def halfway_in(
     return complete(space, {**params, name: value}, params)
 
 
+def step_toward(
+    space: SearchSpace, params: Mapping[str, Any], name: str, other: float
+) -> Params | None:
+    """`params` with the number `name` moved one step of its range (its `step`, 1 for an int,
+    a hundredth of the range for a float without one) towards `other`; None when `other` is
+    that step or less away."""
+    spec, a = space.params[name], float(params[name])
+    low, high = float(spec.low or 0), float(spec.high or 0)
+    size = float(spec.step or (1 if spec.kind == "int" else (high - low) / 100))
+    value = snap(spec, a + math.copysign(size, other - a))
+    if equal(float(value), a) or abs(float(value) - a) >= abs(other - a) - 1e-9:
+        return None
+    return complete(space, {**params, name: value}, params)
+
+
 def nearest_past(
     space: SearchSpace,
     name: str,
