@@ -62,6 +62,9 @@ TOGGLE names the change (`TOGGLES`):
   again, the stop rule measures it moved one step towards the best trial that meets every SLO
   by more (tuner/study/guide.py `step_back_checks`; off: no step back). A stop rule's change
   only (`STOP_ONLY`).
+- `known-low`: a move of a number to a value that every complete trial running it measured
+  below half the base trial's throughput waits 3 levels (tuner/study/local_search.py
+  `known_low_penalty`; off: 0).
 - `probe-nearest`: an edge probe moves a number halfway to the nearest value of it that a
   trial past the edge has on that side of the best's, not to the value of the trial past the
   edge with the most throughput (tuner/study/local_search.py `probe_nearest`; off: that
@@ -234,6 +237,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "cut-edges": _local_search("cut_edges", True, off=False),
     "remeasure": _guide("remeasure_checks"),
     "step-back": _guide("step_back_checks"),
+    "known-low": _local_search("known_low_penalty", 3.0),
     "beat-defaults": _stop_rule("defaults_gain", 0.0),  # off: any margin over the defaults
     "defaults-until": _stop_rule("defaults_until", 10**9),  # off: the defaults never stop it
     "fresh-picks": _guide("fresh_picks"),

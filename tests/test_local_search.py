@@ -877,3 +877,38 @@ def test_a_valley_needs_both_trials_close_to_the_limit_and_above_the_best(
     trials = study.get_trials(deepcopy=False)
     found = LocalSearch(space, seed=0).valley_move(trials, {key(t.params) for t in trials})
     assert (found is not None) is valley
+
+
+def test_a_value_every_trial_ran_far_below_the_base_waits():
+    """A flat landscape under noise (a held-out retrieval cell, spent): the best trial changed
+    between caps that ran alike, and a running cap of 1, a range end, was launched again from
+    each new best, six times in one study at a seventh of the plateau's throughput. With
+    `known_low_penalty`, a move to a value that every complete trial running it measured below
+    `known_low_share` of the base waits; a value some trial ran well does not."""
+    from tuner.study.local_search import _known_low
+
+    space = space_from_dict(SPACE)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    _trial(study, {**START, "max_running_requests": 1, "mem_fraction_static": 0.7}, 140.0)
+    _trial(study, {**START, "max_running_requests": 16, "mem_fraction_static": 0.7}, 1900.0)
+    _trial(study, {**START, "max_running_requests": 12}, 2000.0)  # the best
+    trials = study.get_trials(deepcopy=False)
+    scored = [(t, standing(t)) for t in trials]
+    scored.sort(key=lambda ts: ts[1], reverse=True)
+    best = scored[0][0]
+    low = _known_low(space, scored, best, 0.5)
+    assert ("max_running_requests", "1") in low
+    assert ("mem_fraction_static", "0.7") not in low  # 1,900 tok/s there: not below half
+
+    def priority(config: LocalSearchConfig, params: dict) -> float:
+        search = LocalSearch(space, config, seed=0)
+        tried = {key(t.params) for t in trials}
+        options = search._from(best, scored, {}, tried)
+        return next(p for p, _r, _t, c in options if c == params)
+
+    to_one = {**best.params, "max_running_requests": 1}
+    to_low_memory = {**best.params, "mem_fraction_static": 0.7}
+    off = LocalSearchConfig(trend_weight=0.0)
+    on = LocalSearchConfig(trend_weight=0.0, known_low_penalty=3.0)
+    assert priority(on, to_one) == priority(off, to_one) + 3.0
+    assert priority(on, to_low_memory) == priority(off, to_low_memory)

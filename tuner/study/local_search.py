@@ -147,6 +147,12 @@ class LocalSearchConfig:
     # it moved from by more than this share of throughput (both within the SLOs): a gain within
     # the measurement noise is no direction. 0: any gain.
     extend_min_gain: float = 0.0
+    # Levels a move of a number waits when every complete trial that ran the value it moves to
+    # (whatever its other params) measured less than `known_low_share` of the base's
+    # throughput: a running cap of 1 serves a seventh of a plateau's, and moved to from each
+    # new best trial of a flat landscape it was launched six times in one study. 0: off.
+    known_low_penalty: float = 0.0
+    known_low_share: float = 0.5
     # An int param with at most this many values moves like ordered choices: the adjacent
     # values first (level 0), then two away, ... (draft steps 3 -> 4 before 3 -> 5), instead of
     # the range's ends first. 0: every number moves to its ends first.
@@ -328,6 +334,11 @@ class LocalSearch:
             else None
         )
         tied = keep is not None and _tied(base, scored, self.config.branch_tie)
+        low = (
+            _known_low(self.space, scored, base, self.config.known_low_share)
+            if self.config.known_low_penalty
+            else frozenset()
+        )
         measured = [t for t, _s in scored]
         lost = scored[0][1][0] < 1  # no trial meets every SLO
         options: list[tuple[float, float, float, Params]] = []
@@ -353,6 +364,8 @@ class LocalSearch:
                 and _same_direction(params[move.param], move.value, extension[1])
             ):
                 priority -= 10  # the way that just paid off, further
+            if (move.param, repr(move.value)) in low:
+                priority += self.config.known_low_penalty
             if flat and _between(flat, params, move):
                 priority += self.config.flat_penalty
             if self._trend is not None:
@@ -546,6 +559,29 @@ def _context(
     `params`: a move's effect carries over only where they are the same. Draft steps 3 -> 1
     without adaptive speculation says nothing about the same move with it."""
     return tuple((k, repr(v)) for k, v in params.items() if _child(space, k, name))
+
+
+def _known_low(
+    space: SearchSpace,
+    scored: list[tuple[FrozenTrial, Standing]],
+    base: FrozenTrial,
+    share: float,
+) -> frozenset[tuple[str, str]]:
+    """(number, repr of a value) of the values that complete trials ran, each of which
+    measured less than `share` of `base`'s throughput (`known_low_penalty`)."""
+    if not base.values:
+        return frozenset()
+    floor = float(base.values[0]) * share
+    most: dict[tuple[str, str], float] = {}
+    for t, _s in scored:
+        if t.state != TrialState.COMPLETE or not t.values:
+            continue
+        for name, value in t.params.items():
+            spec = space.params.get(name)
+            if spec is not None and spec.kind in ("int", "float"):
+                at = (name, repr(value))
+                most[at] = max(most.get(at, 0.0), float(t.values[0]))
+    return frozenset(at for at, value in most.items() if value < floor)
 
 
 def _effect_of(space: SearchSpace, params: Mapping[str, Any], move: Move) -> Effect | None:
