@@ -65,6 +65,8 @@ TOGGLE names the change (`TOGGLES`):
 - `known-low`: a move of a number to a value that every complete trial running it measured
   below half the base trial's throughput waits 3 levels (tuner/study/local_search.py
   `known_low_penalty`; off: 0).
+- `trend-feasible`: the local search's trend is fitted to the trials within every SLO alone,
+  once two are (tuner/study/local_search.py `trend_feasible`; off: to every finished trial).
 - `probe-nearest`: an edge probe moves a number halfway to the nearest value of it that a
   trial past the edge has on that side of the best's, not to the value of the trial past the
   edge with the most throughput (tuner/study/local_search.py `probe_nearest`; off: that
@@ -238,6 +240,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "remeasure": _guide("remeasure_checks"),
     "step-back": _guide("step_back_checks"),
     "known-low": _local_search("known_low_penalty", 3.0),
+    "trend-feasible": _local_search("trend_feasible", True, off=False),
     "beat-defaults": _stop_rule("defaults_gain", 0.0),  # off: any margin over the defaults
     "defaults-until": _stop_rule("defaults_until", 10**9),  # off: the defaults never stop it
     "fresh-picks": _guide("fresh_picks"),

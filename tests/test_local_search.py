@@ -912,3 +912,38 @@ def test_a_value_every_trial_ran_far_below_the_base_waits():
     on = LocalSearchConfig(trend_weight=0.0, known_low_penalty=3.0)
     assert priority(on, to_one) == priority(off, to_one) + 3.0
     assert priority(on, to_low_memory) == priority(off, to_low_memory)
+
+
+def test_the_trend_among_the_feasible_trials_points_up_the_throughput_not_into_the_slos():
+    """Fitted to every trial, the trend ranks the trials past the SLO below every one within,
+    so lower caps look better and a best trial within the SLOs is sent further down (a cap of
+    1, 7 and 19 from 43 of 64 clients in a spent retrieval cell). Fitted to the feasible ones
+    alone (`trend_feasible`), it points up the throughput they measured."""
+    from tuner.study.trend import Trend
+
+    space = space_from_dict(SPACE)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for running, throughput, ttft in ((4, 100.0, -0.3), (6, 120.0, -0.2), (8, 130.0, -0.05)):
+        _measured(
+            study, {**START, "max_running_requests": running}, throughput, {"p99_ttft_ms": ttft}
+        )
+    for running, throughput in ((12, 150.0), (16, 160.0)):
+        _measured(
+            study, {**START, "max_running_requests": running}, throughput, {"p99_ttft_ms": 0.2}
+        )
+    trials = study.get_trials(deepcopy=False)
+    low, high = {**START, "max_running_requests": 2}, {**START, "max_running_requests": 10}
+    every = Trend.fit(space, trials)
+    assert every.predict(low) > every.predict(high)
+    within = Trend.fit(space, trials, feasible_only=True)
+    assert within.predict(high) > within.predict(low)
+    # One feasible trial says no direction: fitted to all, as before.
+    one = [
+        t
+        for t in trials
+        if t.params["max_running_requests"] != 6 and t.params["max_running_requests"] != 8
+    ]
+    assert (
+        Trend.fit(space, one, feasible_only=True).weights.tolist()
+        == Trend.fit(space, one).weights.tolist()
+    )
