@@ -121,7 +121,9 @@ class LocalSearchConfig:
     # The trend is fitted to the trials within every SLO alone, once two are: fitted to all, it
     # ranks a trial past an SLO below every one within, so it learns that the way into the SLOs
     # is better, and sends a best trial within them further that way (a running cap of 1, 7 and
-    # 19 from a best at 43 of 64 clients, which the TPOT limit bounds from above). False: all.
+    # 19 from a best at 43 of 64 clients, which the TPOT limit bounds from above). Measured and
+    # left off (benchmarks/results/trend_feasible.md): stopped tpot-8b seeds lost 5-7% in three
+    # worlds, and full seed 10 s studies reached 99% later. False: all.
     trend_feasible: bool = False
     # Levels a move gains while no trial meets every SLO (the search has yet to find where they
     # hold) when it sets a categorical param to a choice that no finished trial has run beside
@@ -155,7 +157,8 @@ class LocalSearchConfig:
     # Levels a move of a number waits when every complete trial that ran the value it moves to
     # (whatever its other params) measured less than `known_low_share` of the base's
     # throughput: a running cap of 1 serves a seventh of a plateau's, and moved to from each
-    # new best trial of a flat landscape it was launched six times in one study. 0: off.
+    # new best trial of a flat landscape it was launched six times in one study. Not yet
+    # measured on the development matrix (docs/design.md). 0: off.
     known_low_penalty: float = 0.0
     known_low_share: float = 0.5
     # An int param with at most this many values moves like ordered choices: the adjacent
