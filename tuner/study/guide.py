@@ -116,8 +116,11 @@ class GuideConfig:
     # measurements), the configuration one step from it towards the best trial that meets
     # every SLO by more is measured, once a study (tuner/study/near_misses.py): a p99
     # TPOT of 10.98 ms against 11 measured past the limit three times, while one running
-    # request less met it with the same throughput. False: no step back.
-    step_back_checks: bool = True
+    # request less met it with the same throughput. Measured and left off
+    # (benchmarks/results/step_back.md): in 240 stopped studies it raised none, lowered two
+    # by 0.3% and cost launches in eight; the step back itself measured the limit missed.
+    # False: no step back.
+    step_back_checks: bool = False
     # The estimate's picks pass over a configuration it scores exactly as a measured trial (a
     # memory fraction that leaves a full-attention model's KV pool unfilled either way), as
     # they do for the capacity goal's caps above the slots sglang settles on. Measured and left

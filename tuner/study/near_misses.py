@@ -13,7 +13,9 @@ the stop rule stops (tuner/study/stopping.py), once a study each:
   `SLO_NOISE` over both, it sits on the edge; the configuration one step from it towards the
   reference trial, in the number that sets the two widest apart, is measured. A cap of 38
   running missed an 11 ms p99 TPOT limit by 0.3-1.1% in three measurements while 37 met it by
-  1.2% with the same throughput (tpot-8b, HiCache 4x slower, seed 6).
+  1.2% with the same throughput (tpot-8b, HiCache 4x slower, seed 6). Off by default
+  (`GuideConfig.step_back_checks`): measured on the development matrix, it gained nothing
+  (benchmarks/results/step_back.md).
 
 Neither reads the estimate: each is a function of the space and the trials.
 """

@@ -47,10 +47,10 @@
    meets every SLO by more, is measured again (`REMEASURE_CHECK`): one p99 TPOT measurement
    cannot tell 10.9 ms from 11.1 ms against an 11 ms limit, and a study that took 37 and 38
    running as past it on one measurement each stopped at 34, 0.935 of its full study's best.
-   When the re-measurement misses by less than the noise again (over both measurements), the
-   trial one step from it towards that best trial is measured (`STEP_BACK`): a cap of 38 that
-   missed an 11 ms p99 TPOT limit by 0.3-1.1% in three measurements, while 37 met it by 1.2%
-   with the same throughput, and the study stopped at 0.934 of its full study's best.
+   With `GuideConfig.step_back_checks` (off: it gained nothing on the development matrix),
+   when the re-measurement misses by less than the noise again, the trial one step from it
+   towards that best trial is measured (`STEP_BACK`): a cap of 38 that missed an 11 ms p99
+   TPOT limit by 0.3-1.1% in three measurements, while 37 met it by 1.2%.
    A blind move's, an edge's, a probe's, a valley's, a re-measurement's or a step back's
    measurement (`BLIND_CHECK`, `EDGE_CHECK`, `EDGE_PROBE`, `VALLEY_CHECK`, `REMEASURE_CHECK`,
    `STEP_BACK`) does not count toward `max_checks`: it tested no prediction, and each is
