@@ -35,8 +35,15 @@ from tuner.study.local_search import LocalSearchConfig
 from tuner.study.loop import quiet_optuna
 from tuner.trial import StagePrunerConfig
 
-_SEARCH = {f.name for f in dataclasses.fields(LocalSearchConfig)}
-_PRUNER = {f.name for f in dataclasses.fields(StagePrunerConfig)}
+_SEARCH = {f.name: f for f in dataclasses.fields(LocalSearchConfig)}
+_PRUNER = {f.name: f for f in dataclasses.fields(StagePrunerConfig)}
+
+
+def _value(field: dataclasses.Field[Any], text: str) -> Any:
+    """`text` as the field's default is typed: a bool from 1/0 or true/false, else a number."""
+    if isinstance(field.default, bool):
+        return text.lower() in ("1", "true")
+    return int(text) if isinstance(field.default, int) else float(text)
 
 
 def parse_variant(text: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -49,9 +56,9 @@ def parse_variant(text: str) -> tuple[dict[str, Any], dict[str, Any]]:
     for item in text.split(","):
         name, _, value = item.partition("=")
         if name in _SEARCH:
-            search[name] = float(value)
+            search[name] = _value(_SEARCH[name], value)
         elif name in _PRUNER:
-            pruner[name] = float(value)
+            pruner[name] = _value(_PRUNER[name], value)
         else:
             raise SystemExit(
                 f"{name!r} is a field of neither LocalSearchConfig nor StagePrunerConfig"
