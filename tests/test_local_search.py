@@ -908,8 +908,9 @@ def test_a_value_every_trial_ran_far_below_the_base_waits():
 
     to_one = {**best.params, "max_running_requests": 1}
     to_low_memory = {**best.params, "mem_fraction_static": 0.7}
-    off = LocalSearchConfig(trend_weight=0.0)
-    on = LocalSearchConfig(trend_weight=0.0, known_low_penalty=3.0)
+    off = LocalSearchConfig(trend_weight=0.0, known_low_penalty=0.0)
+    on = LocalSearchConfig(trend_weight=0.0)  # on by default, 3 levels
+    assert on.known_low_penalty == 3.0
     assert priority(on, to_one) == priority(off, to_one) + 3.0
     assert priority(on, to_low_memory) == priority(off, to_low_memory)
 

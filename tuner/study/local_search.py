@@ -157,9 +157,11 @@ class LocalSearchConfig:
     # Levels a move of a number waits when every complete trial that ran the value it moves to
     # (whatever its other params) measured less than `known_low_share` of the base's
     # throughput: a running cap of 1 serves a seventh of a plateau's, and moved to from each
-    # new best trial of a flat landscape it was launched six times in one study. Not yet
-    # measured on the development matrix (docs/design.md). 0: off.
-    known_low_penalty: float = 0.0
+    # new best trial of a flat landscape it was launched six times in one study. It changes
+    # no study of the development matrix; in that (spent) retrieval cell the full studies
+    # spend 8% fewer GPU hours and the stopped ones 15% (benchmarks/results/known_low.md).
+    # 0: off.
+    known_low_penalty: float = 3.0
     known_low_share: float = 0.5
     # An int param with at most this many values moves like ordered choices: the adjacent
     # values first (level 0), then two away, ... (draft steps 3 -> 4 before 3 -> 5), instead of
