@@ -885,7 +885,7 @@ def test_a_value_every_trial_ran_far_below_the_base_waits():
     each new best, six times in one study at a seventh of the plateau's throughput. With
     `known_low_penalty`, a move to a value that every complete trial running it measured below
     `known_low_share` of the base waits; a value some trial ran well does not."""
-    from tuner.study.local_search import _known_low
+    from tuner.study.local_search import _known_low, _value_best
 
     space = space_from_dict(SPACE)
     study = optuna.create_study(directions=["maximize", "minimize"])
@@ -896,12 +896,13 @@ def test_a_value_every_trial_ran_far_below_the_base_waits():
     scored = [(t, standing(t)) for t in trials]
     scored.sort(key=lambda ts: ts[1], reverse=True)
     best = scored[0][0]
-    low = _known_low(space, scored, best, 0.5)
+    low = _known_low(_value_best(space, scored), best, 0.5)
     assert ("max_running_requests", "1") in low
     assert ("mem_fraction_static", "0.7") not in low  # 1,900 tok/s there: not below half
 
     def priority(config: LocalSearchConfig, params: dict) -> float:
         search = LocalSearch(space, config, seed=0)
+        search._value_best = _value_best(space, scored)  # what `propose` sets before `_from`
         tried = {key(t.params) for t in trials}
         options = search._from(best, scored, {}, tried)
         return next(p for p, _r, _t, c in options if c == params)

@@ -246,6 +246,9 @@ class LocalSearch:
         self.rank = rank  # an estimate's score of a configuration (higher is better), if any
         self.blind: frozenset[str] = frozenset()  # params that estimate does not read
         self._trend: Trend | None = None
+        # The most throughput any complete trial measured at each value of each number
+        # (`_value_best`), for `known_low_penalty`: set once a proposal, read for every base.
+        self._value_best: dict[tuple[str, str], float] = {}
         self._flat: dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, float]]] = {}
 
     def propose(self, trials: Sequence[FrozenTrial], tried: set[tuple[Any, ...]]) -> Params | None:
@@ -262,6 +265,7 @@ class LocalSearch:
         )
         if self._trend is not None and self._trend.size < self.config.trend_from:
             self._trend = None
+        self._value_best = _value_best(self.space, scored) if self.config.known_low_penalty else {}
         self._flat = (
             _flat_spans(self.space, scored, self.config.flat_tolerance)
             if self.config.flat_penalty
@@ -349,7 +353,7 @@ class LocalSearch:
         )
         tied = keep is not None and _tied(base, scored, self.config.branch_tie)
         low = (
-            _known_low(self.space, scored, base, self.config.known_low_share)
+            _known_low(self._value_best, base, self.config.known_low_share)
             if self.config.known_low_penalty
             else frozenset()
         )
@@ -575,17 +579,11 @@ def _context(
     return tuple((k, repr(v)) for k, v in params.items() if _child(space, k, name))
 
 
-def _known_low(
-    space: SearchSpace,
-    scored: list[tuple[FrozenTrial, Standing]],
-    base: FrozenTrial,
-    share: float,
-) -> frozenset[tuple[str, str]]:
-    """(number, repr of a value) of the values that complete trials ran, each of which
-    measured less than `share` of `base`'s throughput (`known_low_penalty`)."""
-    if not base.values:
-        return frozenset()
-    floor = float(base.values[0]) * share
+def _value_best(
+    space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]
+) -> dict[tuple[str, str], float]:
+    """(number, repr of a value) -> the most throughput a complete trial running that value
+    measured."""
     most: dict[tuple[str, str], float] = {}
     for t, _s in scored:
         if t.state != TrialState.COMPLETE or not t.values:
@@ -595,7 +593,18 @@ def _known_low(
             if spec is not None and spec.kind in ("int", "float"):
                 at = (name, repr(value))
                 most[at] = max(most.get(at, 0.0), float(t.values[0]))
-    return frozenset(at for at, value in most.items() if value < floor)
+    return most
+
+
+def _known_low(
+    value_best: dict[tuple[str, str], float], base: FrozenTrial, share: float
+) -> frozenset[tuple[str, str]]:
+    """(number, repr of a value) of the values every complete trial running them measured
+    below `share` of `base`'s throughput (`known_low_penalty`), from `_value_best`."""
+    if not base.values:
+        return frozenset()
+    floor = float(base.values[0]) * share
+    return frozenset(at for at, value in value_best.items() if value < floor)
 
 
 def _effect_of(space: SearchSpace, params: Mapping[str, Any], move: Move) -> Effect | None:
