@@ -14,7 +14,8 @@ or a `name=value` of `LocalSearchConfig` (tuner/study/local_search.py) or of
 Per seed (the quality benchmark's studies: benchmarks/quality/study.py, with its noise): the
 best noise-free throughput within the SLOs as a share of OPTIMUM after 20 and after 40
 launched trials, the modelled GPU hours until then, and how many launches ran a running cap
-of 1. What decides whether a default changes is `benchmarks/off_on.py` on the development
+of 1 (`--method default-stop`: the stop rule's studies, whose "40 trials" are where they
+stopped). What decides whether a default changes is `benchmarks/off_on.py` on the development
 matrix; this shows what a variant does to one cell.
 """
 
@@ -67,10 +68,10 @@ def parse_variant(text: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def variant(text: str) -> Iterator[Method]:
-    """The default method with the variant's fields, its pruner set for the duration."""
+def variant(text: str, base: str = "default") -> Iterator[Method]:
+    """The method `base` with the variant's fields, its pruner set for the duration."""
     search, pruner = parse_variant(text)
-    method = method_named("default")
+    method = method_named(base)
     if search:
         method = dataclasses.replace(method, guide=(("local_search", LocalSearchConfig(**search)),))
     with pruner_config(StagePrunerConfig(**pruner), Seen()) if pruner else contextlib.nullcontext():
@@ -99,6 +100,12 @@ def main() -> None:
     parser.add_argument("optimum", type=float)
     parser.add_argument("variants", nargs="+")
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument(
+        "--method",
+        default="default",
+        help="the quality benchmark's method the variants change: default-stop for the stop "
+        "rule's studies (their 40-trial column is where they stopped)",
+    )
     args = parser.parse_args()
     quiet_optuna()
     name, _, world = args.cell.partition("@")
@@ -108,7 +115,7 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|")
     for text in args.variants:
         for seed in range(args.seeds):
-            with variant(text) as method:
+            with variant(text, args.method) as method:
                 run = study.run_study(method, seed, 40, space, oracle, noise)
             b20, b40, g20, g40, ones = row(run, args.optimum)
             print(f"| {text} | {seed} | {b20:.3f} | {b40:.3f} | {g20:.2f} | {g40:.2f} | {ones} |")

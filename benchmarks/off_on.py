@@ -10,6 +10,9 @@ TOGGLE names the change (`TOGGLES`):
 - `alike`: the stage pruner's first rule counts as dominators only completed trials with the
   trial's categorical choices (tuner/trial/pruning.py `alike_dominators`; off: any feasible
   completed trial, as before).
+- `front-alike`: the stage pruner's front cut bounds a trial's ramp by the full runs with the
+  trial's categorical choices alone, and waits for two of them (tuner/trial/pruning.py
+  `front_alike`; off: by every full run, as before).
 - `doomed`: the local search's wait for moves the estimate scores far below the trial they
   move from (tuner/study/local_search.py `doomed_penalty`; on: 3 levels, off: 0).
 - `extend`: the local search extends the move that reached the best trial only when the best
@@ -67,6 +70,10 @@ TOGGLE names the change (`TOGGLES`):
   `known_low_penalty`; off: 0).
 - `trend-feasible`: the local search's trend is fitted to the trials within every SLO alone,
   once two are (tuner/study/local_search.py `trend_feasible`; off: to every finished trial).
+- `carry`: an edge of the best trial is carried to a trial within 5% of its throughput that
+  meets the SLO bounding it with more room (by 2% of the limit): that trial at the nearest
+  value past the edge is an edge move (tuner/study/bisection.py `carried_edges`,
+  tuner/study/local_search.py `carry_tie`; off: 0).
 - `probe-nearest`: an edge probe moves a number halfway to the nearest value of it that a
   trial past the edge has on that side of the best's, not to the value of the trial past the
   edge with the most throughput (tuner/study/local_search.py `probe_nearest`; off: that
@@ -213,6 +220,7 @@ def _stop_rule(
 TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]] = {
     "slo-cut": _pruner("slo_cut"),
     "alike": _pruner("alike_dominators"),
+    "front-alike": _pruner("front_alike"),
     "doomed": _local_search("doomed_penalty", 3.0),
     "extend": _local_search("extend_min_gain", 0.03),
     "flat": _local_search("flat_penalty", 3.0),
@@ -241,6 +249,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "step-back": _guide("step_back_checks"),
     "known-low": _local_search("known_low_penalty", 3.0),
     "trend-feasible": _local_search("trend_feasible", True, off=False),
+    "carry": _local_search("carry_tie", 0.05),
     "beat-defaults": _stop_rule("defaults_gain", 0.0),  # off: any margin over the defaults
     "defaults-until": _stop_rule("defaults_until", 10**9),  # off: the defaults never stop it
     "fresh-picks": _guide("fresh_picks"),

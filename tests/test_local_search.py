@@ -373,6 +373,45 @@ def test_an_edge_is_bisected_from_a_trial_within_the_noise_of_the_best_too():
     assert LocalSearch(space, seed=0).edge_move(trials, {key(t.params) for t in trials}) is None
 
 
+def test_an_edge_is_carried_to_a_tied_trial_with_more_room_under_the_slo():
+    """The retrieval cell on an H100 (docs/quality.md): 8 running at chunks of 8,192 meets the
+    TPOT limit, 9 is past it, and chunks of 4,096 at 6 running serve about the same with a
+    lower p99 TPOT. With `carry_tie`, the edge is carried: chunks of 4,096 at 9 running (the
+    nearest value past the first edge) is an edge move, not only 6 -> 16's bisection."""
+    space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    small = {**START, "chunked_prefill_size": 4096}
+    for params, throughput, tpot in (
+        ({**START, "max_running_requests": 8}, 800.0, -0.02),
+        ({**START, "max_running_requests": 9}, 900.0, 0.05),
+        ({**small, "max_running_requests": 6}, 790.0, -0.15),
+    ):
+        _measured(study, params, throughput, {"p99_tpot_ms": tpot})
+    trials = study.get_trials(deepcopy=False)
+    tried = {key(t.params) for t in trials}
+    carried = {**small, "max_running_requests": 9}
+    on = LocalSearch(space, LocalSearchConfig(carry_tie=0.05), seed=0)
+    assert on.edge_move(trials, tried) == (carried, 900.0)
+    assert on.propose(trials, tried) == carried
+    off = LocalSearch(space, seed=0)
+    assert off.edge_move(trials, tried) is None and off.propose(trials, tried) != carried
+    # Too far below the best (more than the tie), or no more room under the limit than the
+    # best's edge leaves (by the 2% margin): nothing to carry.
+    assert (
+        LocalSearch(space, LocalSearchConfig(carry_tie=0.01), seed=0).edge_move(trials, tried)
+        is None
+    )
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for params, throughput, tpot in (
+        ({**START, "max_running_requests": 8}, 800.0, -0.05),
+        ({**START, "max_running_requests": 9}, 900.0, 0.05),
+        ({**small, "max_running_requests": 6}, 790.0, -0.06),
+    ):
+        _measured(study, params, throughput, {"p99_tpot_ms": tpot})
+    trials = study.get_trials(deepcopy=False)
+    assert on.edge_move(trials, {key(t.params) for t in trials}) is None
+
+
 def test_a_probe_moves_the_best_trial_towards_a_trial_past_the_edge_one_number_at_a_time():
     """tpot-8b, seed 4: the best trial ran 35 (memory 0.93); the trials past the TPOT edge with
     more throughput differed in the memory fraction too, so no edge move existed and the study

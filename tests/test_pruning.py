@@ -133,6 +133,31 @@ def test_front_cut_keeps_a_trial_the_widest_factor_could_lift_onto_the_front():
     assert not decide(0, 4, StagePoint(100.0, 40.0), wide, FRONT).prune
 
 
+def test_front_alike_bounds_a_ramp_by_full_runs_with_the_trials_own_choices():
+    """With `front_alike`, a trial's best case comes from the ramps of full runs with its own
+    categorical choices, and it is not cut before `front_alike_min` of them are known: a new
+    queue policy may ramp as no full run of another has."""
+    fcfs, lpm = (("policy", "fcfs"),), (("policy", "lpm"),)
+    finished = [replace(p, group=fcfs) for p in FINISHED]
+    alike = replace(FRONT, front_alike=True)
+    current = StagePoint(100.0, 40.0, group=lpm)
+    assert decide(0, 4, current, finished, FRONT).prune  # every ramp bounds it: cut
+    d = decide(0, 4, current, finished, alike)
+    assert not d.prune and "full runs with its categorical choices" in d.reason
+    # Two lpm full runs known, which ramped 1.1x at most: 100 x 1.1 x 1.05 = 115.5 at best.
+    with_lpm = [
+        *finished,
+        StagePoint(90.0, 30.0, group=lpm, final=(99.0, 30.0)),
+        StagePoint(80.0, 30.0, group=lpm, final=(84.0, 29.0)),
+    ]
+    d = decide(0, 4, current, with_lpm, alike)
+    assert d.prune and d.up is not None and math.isclose(d.up, 1.1 * 1.05)
+    # The fcfs trial is still bounded by the fcfs ramps (1.3x): 170 x 1.365 = 232 stays.
+    assert not decide(0, 4, replace(current, throughput=170.0, group=fcfs), with_lpm, alike).prune
+    # A trial whose choices are not known is bounded by every full run, as without it.
+    assert decide(0, 4, replace(current, group=None), finished, alike).prune
+
+
 def test_front_cut_needs_feasible_full_runs_enough_of_them_and_a_stage_left():
     current = StagePoint(100.0, 40.0)
     infeasible = [replace(p, feasible=False) for p in FINISHED]

@@ -7,6 +7,9 @@ trials in three cases.
   different SLOs; the SLOs can hold only between the two.
 - An *edge*: the best trial meets the SLOs and a trial a number away with more throughput breaks
   one; the best value of such a number sits on the SLO's edge between them.
+- A *carried edge*: a trial that serves about what the best does and sits further inside the
+  SLO that bounds the best's number (lpm at the same running cap, with a lower p99 TPOT) has
+  its edge further out: it is tried at the nearest value past the best's edge.
 - A *valley*: trials a number apart all miss the same SLO by a little with more throughput than
   the best trial within the SLOs; an SLO metric that is not monotone in the number (p99 TPOT in
   the draft steps) may have its bottom between them.
@@ -83,6 +86,7 @@ def edge_moves(
     tie: float = 0.0,
     margin: float = 0.0,
     bounds: bool = False,
+    carry_tie: float = 0.0,
 ) -> list[tuple[Params, float]]:
     """The edge moves, each with the throughput the trial past the edge measured: what the move
     can gain at most. A number whose larger values buy throughput until an SLO breaks (a running
@@ -91,7 +95,8 @@ def edge_moves(
     The moves start from the best trial and from the trials within `tie` of its throughput
     (LocalSearchConfig.edge_tie), and lead to a trial past the edge that measured more than the
     best (with `bounds`, a cut trial's bound: `past_throughput`). A trial within `margin` of a
-    limit counts as past it (`sure_view`)."""
+    limit counts as past it (`sure_view`). With `carry_tie`, the carried edges follow
+    (`carried_edges`)."""
     scored = sure_view(scored, margin)
     best, mine = scored[0]
     if mine[0] != 1 or not best.values:
@@ -107,6 +112,56 @@ def edge_moves(
             if middle is not None and key(middle) not in seen:
                 seen.add(key(middle))
                 out.append((middle, past))
+    if carry_tie > 0:
+        near = [t for t, s in scored if s[0] == 1 and s[1] >= top * (1 - carry_tie)]
+        for params, past in carried_edges(space, bases, near, beyond, margin):
+            if key(params) not in seen:
+                seen.add(key(params))
+                out.append((params, past))
+    return out
+
+
+def carried_edges(
+    space: SearchSpace,
+    bases: list[FrozenTrial],
+    near: list[FrozenTrial],
+    beyond: list[tuple[FrozenTrial, float]],
+    gain: float,
+) -> list[tuple[Params, float]]:
+    """Edges carried to another configuration, each with the throughput of the trial past the
+    edge. Where a base (the best trial, or one tied with it) and a trial past an SLO differ in
+    one number, and a trial of `near` (within the SLOs, with about the base's throughput)
+    differs from the base otherwise and meets the SLOs that trial broke with more room, by
+    `gain` of a limit or more, the number's edge lies further out for it: it is tried at the
+    nearest value past the base's edge (`nearest_past`). A queue policy that lowers p99 TPOT at
+    the same running cap may serve the next step of a staircase that the cap's edge under the
+    other policy stops short of."""
+    out: list[tuple[Params, float]] = []
+    for base in bases:
+        mine = slo_constraints(base)
+        for t, past in beyond:
+            diff = differs_in(base, t)
+            if len(diff) != 1 or space.params[diff[0]].kind not in ("int", "float"):
+                continue
+            name = diff[0]
+            broken = broken_slos(t, gain) & set(mine)
+            if not broken:
+                continue
+            value = nearest_past(space, name, base.params, float(t.params[name]), beyond)
+            for other in near:
+                here = other.params.get(name)
+                if other.number == base.number or not isinstance(here, int | float):
+                    continue
+                if math.copysign(1.0, value - float(here)) != math.copysign(
+                    1.0, value - float(base.params[name])
+                ) or equal(float(here), value):
+                    continue  # not on the base's side of the edge
+                theirs = slo_constraints(other)
+                if any(theirs.get(k, math.inf) > mine[k] - gain for k in broken):
+                    continue
+                moved = complete(space, {**other.params, name: snap(space.params[name], value)},
+                                 other.params)  # fmt: skip
+                out.append((moved, past))
     return out
 
 
@@ -173,11 +228,16 @@ def valley_moves(
 def halfway(space: SearchSpace, base: FrozenTrial, other: FrozenTrial) -> Params | None:
     """`base`'s params with the one number in which `other` differs set halfway between the two
     (geometric on a log range); None when they differ otherwise or no value lies between."""
-    diff = [k for k in set(other.params) | set(base.params)
-            if repr(other.params.get(k)) != repr(base.params.get(k))]  # fmt: skip
+    diff = differs_in(base, other)
     if len(diff) != 1 or space.params[diff[0]].kind not in ("int", "float"):
         return None
     return halfway_in(space, base.params, diff[0], float(other.params[diff[0]]))
+
+
+def differs_in(base: FrozenTrial, other: FrozenTrial) -> list[str]:
+    """The params the two trials set apart (one left out counts as set to None)."""
+    return sorted(k for k in set(other.params) | set(base.params)
+                  if repr(other.params.get(k)) != repr(base.params.get(k)))  # fmt: skip
 
 
 def halfway_in(

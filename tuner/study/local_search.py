@@ -186,6 +186,11 @@ class LocalSearchConfig:
     # configurations that run alike, and a bisection begun from the one would otherwise start
     # again from the other's range end. 0: from the best trial only.
     edge_tie: float = 0.02
+    # Carried edges (tuner/study/bisection.py `carried_edges`): a trial within this share of
+    # the best trial's throughput that meets the SLO bounding an edge of the best with more room
+    # (by `edge_margin` of the limit) is tried at the nearest value past that edge, at the edge
+    # moves' level. 0: off.
+    carry_tie: float = 0.0
     # Level of an edge *probe*: while the best trial meets the SLOs but no trial one number
     # from it (or from a trial within `edge_tie` of it) marks an SLO edge that a trial with
     # more throughput is past, the best trial with one number set halfway to that trial's
@@ -469,9 +474,16 @@ class LocalSearch:
     def _edge_bounds(
         self, scored: list[tuple[FrozenTrial, Standing]]
     ) -> list[tuple[Params, float]]:
-        """`edge_moves` with this search's tie, margin and `cut_edges`."""
+        """`edge_moves` with this search's tie, margin, `cut_edges` and `carry_tie`."""
         config = self.config
-        return edge_moves(self.space, scored, config.edge_tie, config.edge_margin, config.cut_edges)
+        return edge_moves(
+            self.space,
+            scored,
+            config.edge_tie,
+            config.edge_margin,
+            config.cut_edges,
+            config.carry_tie,
+        )
 
     def seen_probe(
         self,

@@ -85,6 +85,10 @@ class StagePrunerConfig:
     front_min_trials: int = 8  # completed trials whose stage-to-full-run factors are known
     front_slack: float = 0.05  # widens the largest factors seen (a few trials miss extremes)
     front_min_stage: int = 0  # earliest stage index at which the front cut may happen
+    # The front cut bounds a trial's ramp by full runs with its own categorical choices alone,
+    # and waits until `front_alike_min` of them are known (module doc); off: by every full run.
+    front_alike: bool = False
+    front_alike_min: int = 2
     slo_cut: bool = True  # cut a trial whose best case still breaks an SLO (module doc)
     slo_min_trials: int = 4  # completed trials whose stage-to-full-run SLO factors are known
     slo_slack: float = 0.25  # narrows the smallest SLO factor seen (the SLO cut starts early)
@@ -210,9 +214,18 @@ def front_cut(
         return PruneDecision(
             False, f"{len(known)} of {config.front_min_trials} full runs to bound a stage by"
         )
-    up = _up(known, config)
+    ramps = known
+    if config.front_alike and current.group is not None:
+        ramps = [p for p in known if p.group == current.group]
+        if len(ramps) < config.front_alike_min:
+            return PruneDecision(
+                False,
+                f"{len(ramps)} of {config.front_alike_min} full runs with its categorical "
+                "choices to bound its ramp by",
+            )
+    up = _up(ramps, config)
     assert up is not None
-    down = min(p.final[1] / p.latency for p in known if p.final) / (1 + config.front_slack)
+    down = min(p.final[1] / p.latency for p in ramps if p.final) / (1 + config.front_slack)
     best_throughput, best_latency = current.throughput * up, current.latency * down
     beaten_by = [
         p
@@ -230,7 +243,7 @@ def front_cut(
         True,
         f"stage {stage + 1}/{n_stages}: cannot reach the front: at best {best_throughput:.1f} "
         f"at latency {best_latency:.1f} (x{up:.2f} and x{down:.2f}, the widest a full run of "
-        f"{len(known)} completed trials ended from its stage {stage + 1}), and a feasible full "
+        f"{len(ramps)} completed trials ended from its stage {stage + 1}), and a feasible full "
         f"run measured {best.final[0]:.1f} at {best.final[1]:.1f}",
         time_saved_s=_time_saved(stage, n_stages, current),
         rule=CUT_FRONT,
