@@ -74,6 +74,8 @@ TOGGLE names the change (`TOGGLES`):
   meets the SLO bounding it with more room (by 2% of the limit): that trial at the nearest
   value past the edge is an edge move (tuner/study/bisection.py `carried_edges`,
   tuner/study/local_search.py `carry_tie`; off: 0).
+- `carry-slack`: `carry`, and the front cut's factors widened by 10% instead of 5%
+  (tuner/trial/pruning.py `front_slack`; off: neither).
 - `probe-nearest`: an edge probe moves a number halfway to the nearest value of it that a
   trial past the edge has on that side of the best's, not to the value of the trial past the
   edge with the most throughput (tuner/study/local_search.py `probe_nearest`; off: that
@@ -217,6 +219,16 @@ def _stop_rule(
     return toggle
 
 
+def _carry_slack(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+    """`carry` with the front cut's factors widened by 10% instead of 5% (`front_slack`), against
+    neither."""
+    from benchmarks.early_cut import Seen, pruner_config
+    from tuner.trial import StagePrunerConfig
+
+    method, _ = _local_search("carry_tie", 0.05)(method, on)
+    return method, pruner_config(StagePrunerConfig(front_slack=0.10 if on else 0.05), Seen())
+
+
 TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]] = {
     "slo-cut": _pruner("slo_cut"),
     "alike": _pruner("alike_dominators"),
@@ -250,6 +262,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "known-low": _local_search("known_low_penalty", 3.0),
     "trend-feasible": _local_search("trend_feasible", True, off=False),
     "carry": _local_search("carry_tie", 0.05),
+    "carry-slack": _carry_slack,
     "beat-defaults": _stop_rule("defaults_gain", 0.0),  # off: any margin over the defaults
     "defaults-until": _stop_rule("defaults_until", 10**9),  # off: the defaults never stop it
     "fresh-picks": _guide("fresh_picks"),

@@ -376,7 +376,8 @@ def test_an_edge_is_bisected_from_a_trial_within_the_noise_of_the_best_too():
 def test_an_edge_is_carried_to_a_tied_trial_with_more_room_under_the_slo():
     """The retrieval cell on an H100 (docs/quality.md): 8 running at chunks of 8,192 meets the
     TPOT limit, 9 is past it, and chunks of 4,096 at 6 running serve about the same with a
-    lower p99 TPOT. With `carry_tie`, the edge is carried: chunks of 4,096 at 9 running (the
+    lower p99 TPOT (3% less throughput: beyond `edge_tie`, within the noise of the benchmark's
+    best). With `carry_tie`, the edge is carried: chunks of 4,096 at 9 running (the
     nearest value past the first edge) is an edge move, not only 6 -> 16's bisection."""
     space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
     study = optuna.create_study(directions=["maximize", "minimize"])
@@ -384,7 +385,7 @@ def test_an_edge_is_carried_to_a_tied_trial_with_more_room_under_the_slo():
     for params, throughput, tpot in (
         ({**START, "max_running_requests": 8}, 800.0, -0.02),
         ({**START, "max_running_requests": 9}, 900.0, 0.05),
-        ({**small, "max_running_requests": 6}, 790.0, -0.15),
+        ({**small, "max_running_requests": 6}, 770.0, -0.15),
     ):
         _measured(study, params, throughput, {"p99_tpot_ms": tpot})
     trials = study.get_trials(deepcopy=False)
@@ -395,6 +396,12 @@ def test_an_edge_is_carried_to_a_tied_trial_with_more_room_under_the_slo():
     assert on.propose(trials, tried) == carried
     off = LocalSearch(space, seed=0)
     assert off.edge_move(trials, tried) is None and off.propose(trials, tried) != carried
+    # Measured past the limit too, it is bisected against the tied trial: sqrt(6 x 9) = 7.
+    _measured(study, carried, 905.0, {"p99_tpot_ms": 0.01})
+    trials = study.get_trials(deepcopy=False)
+    tried = {key(t.params) for t in trials}
+    assert on.edge_move(trials, tried) == ({**small, "max_running_requests": 7}, 905.0)
+    assert off.edge_move(trials, tried) is None
     # Too far below the best (more than the tie), or no more room under the limit than the
     # best's edge leaves (by the 2% margin): nothing to carry.
     assert (

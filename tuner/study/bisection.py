@@ -133,9 +133,10 @@ def carried_edges(
     one number, and a trial of `near` (within the SLOs, with about the base's throughput)
     differs from the base otherwise and meets the SLOs that trial broke with more room, by
     `gain` of a limit or more, the number's edge lies further out for it: it is tried at the
-    nearest value past the base's edge (`nearest_past`). A queue policy that lowers p99 TPOT at
-    the same running cap may serve the next step of a staircase that the cap's edge under the
-    other policy stops short of."""
+    nearest value past the base's edge (`nearest_past`), and bisected against its own trials
+    past the edge in that number, as the best trial is (`edge_moves`). A queue policy that
+    lowers p99 TPOT at the same running cap may serve the next step of a staircase that the
+    cap's edge under the other policy stops short of."""
     out: list[tuple[Params, float]] = []
     for base in bases:
         mine = slo_constraints(base)
@@ -162,6 +163,11 @@ def carried_edges(
                 moved = complete(space, {**other.params, name: snap(space.params[name], value)},
                                  other.params)  # fmt: skip
                 out.append((moved, past))
+                # Once it has trials of its own past the edge, its own edge is bisected.
+                for mine_past, throughput in beyond:
+                    middle = halfway(space, other, mine_past)
+                    if middle is not None and differs_in(other, mine_past) == [name]:
+                        out.append((middle, throughput))
     return out
 
 
