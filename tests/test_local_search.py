@@ -378,7 +378,8 @@ def test_an_edge_is_carried_to_a_tied_trial_with_more_room_under_the_slo():
     TPOT limit, 9 is past it, and chunks of 4,096 at 6 running serve about the same with a
     lower p99 TPOT (3% less throughput: beyond `edge_tie`, within the noise of the benchmark's
     best). With `carry_tie`, the edge is carried: chunks of 4,096 at 9 running (the
-    nearest value past the first edge) is an edge move, not only 6 -> 16's bisection."""
+    nearest value past the first edge) is an edge move; without it no edge move is left (8 and
+    9 are adjacent, and 9 differs from the tied trial in two params)."""
     space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
     study = optuna.create_study(directions=["maximize", "minimize"])
     small = {**START, "chunked_prefill_size": 4096}
