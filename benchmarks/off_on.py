@@ -73,7 +73,7 @@ TOGGLE names the change (`TOGGLES`):
 - `carry`: an edge of the best trial is carried to a trial within 5% of its throughput that
   meets the SLO bounding it with more room (by 2% of the limit): that trial at the nearest
   value past the edge is an edge move (tuner/study/bisection.py `carried_edges`,
-  tuner/study/local_search.py `carry_tie`; off: 0).
+  tuner/study/local_search.py `carry_tie`, on since 2026-12-06; off: 0).
 - `carry-slack`: `carry`, and the front cut's factors widened by 10% instead of 5%
   (tuner/trial/pruning.py `front_slack`; off: neither).
 - `probe-nearest`: an edge probe moves a number halfway to the nearest value of it that a

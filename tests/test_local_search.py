@@ -395,7 +395,8 @@ def test_an_edge_is_carried_to_a_tied_trial_with_more_room_under_the_slo():
     on = LocalSearch(space, LocalSearchConfig(carry_tie=0.05), seed=0)
     assert on.edge_move(trials, tried) == (carried, 900.0)
     assert on.propose(trials, tried) == carried
-    off = LocalSearch(space, seed=0)
+    assert LocalSearch(space, seed=0).edge_move(trials, tried) == (carried, 900.0)  # default
+    off = LocalSearch(space, LocalSearchConfig(carry_tie=0.0), seed=0)
     assert off.edge_move(trials, tried) is None and off.propose(trials, tried) != carried
     # Measured past the limit too, it is bisected against the tied trial: sqrt(6 x 9) = 7.
     _measured(study, carried, 905.0, {"p99_tpot_ms": 0.01})

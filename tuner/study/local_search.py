@@ -35,10 +35,14 @@ is bisected against it the same way (an *edge* move): the best value of such a n
 the SLO's edge between the two. Edge moves start from the best trial and from every trial within
 2% of its throughput (`edge_tie`): under measurement noise the best trial changes between
 configurations that run alike, and a bisection begun from one goes on instead of starting over
-from the other's range ends. Where no trial one number from the best marks an edge, the stop
-rule may *probe* one (`edge_probes`): the best trial with a number in which a trial past the
-edge differs from it set halfway to the nearest value of that number any trial past the edge
-has on that side (`probe_nearest`); the polish's own probe goes halfway to the trial's value.
+from the other's range ends. An edge is *carried* (`carry_tie`) to a trial within 5% of the
+best's throughput that meets the SLO bounding it with more room: that trial at the nearest
+value past the edge, then its own edge bisected (lpm at fcfs's edge cap, with TPOT to spare,
+may reach the next step of the cap's staircase). Where no trial one number from the best
+marks an edge, the stop rule may *probe* one (`edge_probes`): the best trial with a number in
+which a trial past the edge differs from it set halfway to the nearest value of that number
+any trial past the edge has on that side (`probe_nearest`); the polish's own probe goes
+halfway to the trial's value.
 
 An SLO metric need not be monotone in a number: p99 TPOT falls with the draft steps while more
 drafts are accepted and rises once a step costs more than it saves. Where trials that differ
@@ -189,8 +193,11 @@ class LocalSearchConfig:
     # Carried edges (tuner/study/bisection.py `carried_edges`): a trial within this share of
     # the best trial's throughput that meets the SLO bounding an edge of the best with more room
     # (by `edge_margin` of the limit) is tried at the nearest value past that edge, at the edge
-    # moves' level. 0: off.
-    carry_tie: float = 0.0
+    # moves' level, and its own edge bisected; the stop rule measures such a move before it
+    # stops. In the spent retrieval cell on an H100 (lpm at the running cap of the fcfs edge
+    # has 14% of the TPOT limit to spare) full studies' worst seed 0.941 -> 0.994; on the
+    # development matrix no study's best moved (benchmarks/results/carried_edges.md). 0: off.
+    carry_tie: float = 0.05
     # Level of an edge *probe*: while the best trial meets the SLOs but no trial one number
     # from it (or from a trial within `edge_tie` of it) marks an SLO edge that a trial with
     # more throughput is past, the best trial with one number set halfway to that trial's
