@@ -164,9 +164,9 @@ def carried_edges(
                                  other.params)  # fmt: skip
                 out.append((moved, past))
                 # Once it has trials of its own past the edge, its own edge is bisected.
-                for mine_past, throughput in beyond:
-                    middle = halfway(space, other, mine_past)
-                    if middle is not None and differs_in(other, mine_past) == [name]:
+                for own, throughput in beyond:
+                    middle = halfway(space, other, own)
+                    if middle is not None and differs_in(other, own) == [name]:
                         out.append((middle, throughput))
     return out
 

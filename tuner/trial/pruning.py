@@ -35,7 +35,10 @@ first rule counts as dominators only completed trials with the trial's own categ
 (`alike_dominators`): what ramps differently is a different prefill chunk, queue policy, cache or
 draft (chunks of 16,384 ramped 1.16-1.18x from their first stage to a full run in a chat cell
 on an H200, which no trial with chunks of 4,096 or 8,192 had shown), while trials apart only in
-numbers are compared as before.
+numbers are compared as before. The front cut can do the same (`front_alike`: a trial's ramp
+bounded by full runs with its categorical choices alone, once `front_alike_min` are known); it
+is off, since in the retrieval cell it was built for the ramp followed the running cap against
+the clients, not the choices (benchmarks/results/carried_edges.md).
 
     pruner = StagePruner(StagePrunerConfig(n_startup_trials=5))
     decision = pruner.decide(stage=1, n_stages=4, current=StagePoint(120.0, 35.0), history=[...])
