@@ -76,6 +76,10 @@ TOGGLE names the change (`TOGGLES`):
   tuner/study/local_search.py `carry_tie`, on since 2026-12-06; off: 0).
 - `carry-slack`: `carry`, and the front cut's factors widened by 10% instead of 5%
   (tuner/trial/pruning.py `front_slack`; off: neither).
+- `boundary-still`: moves from the boundary trial (of the trials past an SLO with more
+  throughput than the best, the one that breaks it least) do not extend the move that reached
+  it (tuner/study/local_search.py `boundary_extend` False; off: True, they do, as the best
+  trial's moves do).
 - `probe-nearest`: an edge probe moves a number halfway to the nearest value of it that a
   trial past the edge has on that side of the best's, not to the value of the trial past the
   edge with the most throughput (tuner/study/local_search.py `probe_nearest`; off: that
@@ -263,6 +267,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "trend-feasible": _local_search("trend_feasible", True, off=False),
     "carry": _local_search("carry_tie", 0.05),
     "carry-slack": _carry_slack,
+    "boundary-still": _configs({"boundary_extend": True}, {"boundary_extend": False}),
     "beat-defaults": _stop_rule("defaults_gain", 0.0),  # off: any margin over the defaults
     "defaults-until": _stop_rule("defaults_until", 10**9),  # off: the defaults never stop it
     "fresh-picks": _guide("fresh_picks"),

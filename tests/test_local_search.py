@@ -421,6 +421,30 @@ def test_an_edge_is_carried_to_a_tied_trial_with_more_room_under_the_slo():
     assert on.edge_move(trials, {key(t.params) for t in trials}) is None
 
 
+def test_moves_from_the_boundary_trial_need_not_extend_the_move_that_reached_it():
+    """The retrieval cell on an H100, seed 4: the boundary trial (54 running, past the TPOT
+    limit by the least) was reached from 64 by a lower cap, so its moves went on lower first:
+    caps of 1, 7 and 20 below the best trial's 46, in the region the best already rules. With
+    `boundary_extend` off they do not."""
+    space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    high = {**START, "mem_fraction_static": 0.95}
+    for params, throughput, tpot in (
+        ({**START, "max_running_requests": 8}, 800.0, -0.05),
+        ({**high, "max_running_requests": 16}, 1500.0, 0.3),
+        ({**high, "max_running_requests": 12}, 1200.0, 0.05),
+    ):
+        _measured(study, params, throughput, {"p99_tpot_ms": tpot})
+    trials = study.get_trials(deepcopy=False)
+    tried = {key(t.params) for t in trials}
+    still = LocalSearchConfig(edge_level=None, probe_level=None, boundary_extend=False)
+    extended = LocalSearch(space, LocalSearchConfig(edge_level=None, probe_level=None), seed=0)
+    first = extended.propose(trials, tried)
+    assert first is not None and first["mem_fraction_static"] == 0.95
+    assert first["max_running_requests"] < 12  # further down from the boundary trial
+    assert LocalSearch(space, still, seed=0).propose(trials, tried) != first
+
+
 def test_a_probe_moves_the_best_trial_towards_a_trial_past_the_edge_one_number_at_a_time():
     """tpot-8b, seed 4: the best trial ran 35 (memory 0.93); the trials past the TPOT edge with
     more throughput differed in the memory fraction too, so no edge move existed and the study

@@ -115,6 +115,9 @@ class LocalSearchConfig:
     # the best feasible one, the one that violates its SLOs least (the optimum often sits on
     # the SLO boundary, between those and the feasible ones).
     boundary_offset: float | None = 0.5  # None: no moves from the boundary trial
+    # Moves from the boundary trial extend the move that reached it (`extend`), as the best
+    # trial's do. False: they do not.
+    boundary_extend: bool = True
     # Levels a move gains that gives a trial over a TTFT SLO more running slots, while fewer
     # slots than clients ran (queueing is what the tail waits on; see `_more_slots`).
     slots_bonus: float = 1.5
@@ -310,7 +313,7 @@ class LocalSearch:
         )
         if boundary is not None and boundary.number != best.number:
             offset = self.config.boundary_offset or 0.0
-            extra = self._from(boundary, scored, effects, tried)
+            extra = self._from(boundary, scored, effects, tried, extend=self.config.boundary_extend)
             options += [(p + offset, r, tie, c) for p, r, tie, c in extra]
         for base, _s in scored[1 : 1 + self.config.restarts]:
             if options:
@@ -350,11 +353,14 @@ class LocalSearch:
         effects: dict[Effect, float],
         tried: set[tuple[Any, ...]],
         keep: str | None = None,
+        extend: bool = True,
     ) -> list[tuple[float, float, float, Params]]:
         """Untried moves from `base`, ranked (priority, estimate, tie-break); with `keep`, the
         branch's param stays, its own params first."""
         params = dict(base.params)
-        extension = _extension(self.space, base, scored, self.config.extend_min_gain)
+        extension = (
+            _extension(self.space, base, scored, self.config.extend_min_gain) if extend else None
+        )
         flat = self._flat
         here = self._trend.predict(params) if self._trend is not None else 0.0
         queued = self.config.slots_bonus > 0 and _queued(self.space, base)
