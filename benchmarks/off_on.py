@@ -78,8 +78,8 @@ TOGGLE names the change (`TOGGLES`):
   (tuner/trial/pruning.py `front_slack`; off: neither).
 - `boundary-still`: moves from the boundary trial (of the trials past an SLO with more
   throughput than the best, the one that breaks it least) do not extend the move that reached
-  it (tuner/study/local_search.py `boundary_extend` False; off: True, they do, as the best
-  trial's moves do).
+  it (tuner/study/local_search.py `boundary_extend` False, the default since 2026-12-06;
+  off: True, they do, as the best trial's moves do).
 - `probe-nearest`: an edge probe moves a number halfway to the nearest value of it that a
   trial past the edge has on that side of the best's, not to the value of the trial past the
   edge with the most throughput (tuner/study/local_search.py `probe_nearest`; off: that

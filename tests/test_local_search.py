@@ -425,7 +425,7 @@ def test_moves_from_the_boundary_trial_need_not_extend_the_move_that_reached_it(
     """The retrieval cell on an H100, seed 4: the boundary trial (54 running, past the TPOT
     limit by the least) was reached from 64 by a lower cap, so its moves went on lower first:
     caps of 1, 7 and 20 below the best trial's 46, in the region the best already rules. With
-    `boundary_extend` off they do not."""
+    `boundary_extend` off (the default) they do not."""
     space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
     study = optuna.create_study(directions=["maximize", "minimize"])
     high = {**START, "mem_fraction_static": 0.95}
@@ -437,8 +437,10 @@ def test_moves_from_the_boundary_trial_need_not_extend_the_move_that_reached_it(
         _measured(study, params, throughput, {"p99_tpot_ms": tpot})
     trials = study.get_trials(deepcopy=False)
     tried = {key(t.params) for t in trials}
-    still = LocalSearchConfig(edge_level=None, probe_level=None, boundary_extend=False)
-    extended = LocalSearch(space, LocalSearchConfig(edge_level=None, probe_level=None), seed=0)
+    still = LocalSearchConfig(edge_level=None, probe_level=None)  # the default
+    extended = LocalSearch(
+        space, LocalSearchConfig(edge_level=None, probe_level=None, boundary_extend=True), seed=0
+    )
     first = extended.propose(trials, tried)
     assert first is not None and first["mem_fraction_static"] == 0.95
     assert first["max_running_requests"] < 12  # further down from the boundary trial

@@ -115,9 +115,14 @@ class LocalSearchConfig:
     # the best feasible one, the one that violates its SLOs least (the optimum often sits on
     # the SLO boundary, between those and the feasible ones).
     boundary_offset: float | None = 0.5  # None: no moves from the boundary trial
-    # Moves from the boundary trial extend the move that reached it (`extend`), as the best
-    # trial's do. False: they do not.
-    boundary_extend: bool = True
+    # Moves from the boundary trial extend the move that reached it, as the best trial's do
+    # (the extension, -10 levels). Off: reached from a cap of 64 by a lower one, the boundary
+    # trial (54 running, just past a TPOT limit) sent caps of 1, 7 and 20 ahead of every
+    # other move, below the best trial's 46, where the best already rules (the spent retrieval
+    # cell on an H100, seed 4). Off since 2026-12-06: there the median at 20 trials 0.944 ->
+    # 0.970; on the development matrix one full tpot-8b seed (shipped, decay) reaches the
+    # optimum, and nothing else moves (benchmarks/results/boundary_still.md). True: they do.
+    boundary_extend: bool = False
     # Levels a move gains that gives a trial over a TTFT SLO more running slots, while fewer
     # slots than clients ran (queueing is what the tail waits on; see `_more_slots`).
     slots_bonus: float = 1.5
