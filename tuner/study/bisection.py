@@ -165,8 +165,9 @@ def carried_edges(
                 out.append((moved, past))
                 # Once it has trials of its own past the edge, its own edge is bisected.
                 for own, throughput in beyond:
+                    # halfway: they differ in one number only; that it is `name`, checked here.
                     middle = halfway(space, other, own)
-                    if middle is not None and differs_in(other, own) == [name]:
+                    if middle is not None and repr(own.params.get(name)) != repr(here):
                         out.append((middle, throughput))
     return out
 
