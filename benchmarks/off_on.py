@@ -90,6 +90,10 @@ TOGGLE names the change (`TOGGLES`):
 - `defaults-until`: a study whose front is still sglang's defaults may stop after 24 launches
   (tuner/study/stopping.py `defaults_until`; off: never, it runs to `--trials`). A stop rule's
   change only, as `beat-defaults`.
+- `early-checks`: the checks the stop rule asks for before it stops (blind moves, edges,
+  probes, valleys, the re-measurement) start once 4 of the window's 6 launches moved nothing,
+  inside the window (tuner/study/stopping.py `early_checks` 2; off: 0, once all 6 did). A stop
+  rule's change only, as `beat-defaults`.
 - `valley`: of trials one number apart that all miss the same SLO, the two beside the one
   that misses by least, when both miss by less than 10% of the limit with more than 3% more
   throughput than the best trial within the SLOs, have the number halfway tried at the edge
@@ -207,17 +211,19 @@ def _blind_checks(method: Any, on: bool) -> tuple[Any, AbstractContextManager[An
 
 
 def _stop_rule(
-    field: str, off: Any
+    field: str, off: Any, on: Any = None
 ) -> Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]:
-    """A toggle of one `StopRule` field: off sets `off`, on keeps the rule's default."""
+    """A toggle of one `StopRule` field: off sets `off`, on sets `on` (None: keeps the rule's
+    default)."""
 
-    def toggle(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+    def toggle(method: Any, is_on: bool) -> tuple[Any, AbstractContextManager[Any]]:
         from functools import partial
 
         from benchmarks.quality import study
         from tuner.study.stopping import StopRule
 
-        rule = StopRule if on else partial(StopRule, **{field: off})
+        value = on if is_on else off
+        rule = StopRule if value is None else partial(StopRule, **{field: value})
         return method, _patched(study, "StopRule", rule)
 
     return toggle
@@ -270,13 +276,14 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "boundary-still": _configs({"boundary_extend": True}, {"boundary_extend": False}),
     "beat-defaults": _stop_rule("defaults_gain", 0.0),  # off: any margin over the defaults
     "defaults-until": _stop_rule("defaults_until", 10**9),  # off: the defaults never stop it
+    "early-checks": _stop_rule("early_checks", 0, 2),  # on: checks from 4 quiet launches
     "fresh-picks": _guide("fresh_picks"),
 }
 
 
 # Toggles of the stop rule alone: a full study (no stop rule) runs the same off and on, so it is
 # run once.
-STOP_ONLY = frozenset({"beat-defaults", "defaults-until", "step-back"})
+STOP_ONLY = frozenset({"beat-defaults", "defaults-until", "step-back", "early-checks"})
 
 
 def outcome(run: Any) -> Outcome:

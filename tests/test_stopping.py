@@ -290,6 +290,49 @@ def test_blind_moves_are_measured_without_using_up_the_checks_of_expected_gains(
     assert tags == [BLIND_CHECK] * 3 + [STOP_CHECK] * 2
 
 
+def test_early_checks_are_asked_for_once_part_of_the_window_moved_nothing():
+    """With `early_checks` 2 of a window of 4, the checks the rule asks for before stopping
+    start once the last 2 launches moved nothing, though the window as a whole still moved the
+    front; an expected gain of the estimate's still waits for the whole window."""
+    rule = replace(RULE, early_checks=2)
+    rose = [(100.0, 10.0)] * 3 + [(110.0, 10.0)] * 3
+    blind = Outlook({"x": 7}, math.inf, "a blind move", BLIND_CHECK)
+    decision = decide(_trials(rose), rule, lambda: blind)
+    assert not decision.stop and decision.outlook == blind and decision.reason == "a blind move"
+    # The estimate's own expected gain: not early.
+    gain = decide(_trials(rose), rule, lambda: Outlook({"x": 7}, 0.5))
+    assert gain.outlook is None and "moved the front by 10.0%" in gain.reason
+    # Off, or while the last 2 launches still move the front: no check is asked for.
+    asked: list[int] = []
+
+    def ask() -> Outlook:
+        asked.append(1)
+        return blind
+
+    assert decide(_trials(rose), RULE, ask).outlook is None
+    rising = [(100.0, 10.0)] * 4 + [(110.0, 10.0), (121.0, 10.0)]
+    assert decide(_trials(rising), rule, ask).outlook is None and not asked
+
+
+def _rising_then_flat(trial: optuna.Trial) -> tuple[float, float]:
+    trial.suggest_int("x", 0, 1000)
+    trial.set_constraint("launch", 0.0)
+    return 100.0 * 1.1 ** min(trial.number, 4), 10.0
+
+
+def test_early_checks_run_inside_the_window_and_the_study_stops_sooner():
+    """The front rises until trial 4. The three blind moves start after 2 quiet launches
+    instead of 4, and the window that follows holds them: two launches fewer."""
+    runs = {}
+    for early in (0, 2):
+        study = _study([])
+        stopping = Stopping(replace(RULE, early_checks=early), _Forecaster(gain=0.3, blind=3))
+        run_trials(study, _rising_then_flat, 40, stopping=stopping)
+        runs[early] = [t.user_attrs.get(record.GUIDED_BY) for t in study.trials]
+    assert runs[0] == [None] * 9 + [BLIND_CHECK] * 3 + [STOP_CHECK] * 2
+    assert runs[2] == [None] * 7 + [BLIND_CHECK] * 3 + [STOP_CHECK] * 2
+
+
 def test_the_loop_runs_the_whole_budget_with_min_gain_0():
     study = _study([])
     run_trials(study, _flat_objective, 15, stopping=Stopping(StopRule(min_gain=0.0)))

@@ -180,6 +180,12 @@ class StopRule:
     # defaults at 0.995 of the optimum, 2 of 5 seeds ran all 40 trials;
     # benchmarks/results/defaults_lapse.md).
     defaults_until: int | None = None
+    # Launches before the window ends at which its checks may start: once the last
+    # `patience - early_checks` launches moved the front by no more than a window's move, the
+    # checks the rule would ask for before stopping (a blind move, an edge, a probe, a valley,
+    # a re-measurement; not the estimate's expected gain, which counts) are measured then, inside
+    # the window, rather than after it. 0: only once the whole window is quiet.
+    early_checks: int = 0
 
     @property
     def enabled(self) -> bool:
@@ -304,6 +310,9 @@ def decide(
     moved = front_move(before, window, rule.measure)
     what = _WHAT[rule.measure]
     if moved > threshold:
+        early = _early_check(points, launched, rule, threshold, outlook, alike)
+        if early is not None:
+            return keep_going(early.why, moved=moved, noise=noise, outlook=early)
         return keep_going(
             f"the last {rule.patience} trials moved {what} by {moved:.1%}",
             moved=moved,
@@ -347,6 +356,33 @@ def decide(
         noise=noise,
         best_trial=best_trial,
     )
+
+
+def _early_check(
+    points: list[tuple[FrozenTrial, tuple[float, float] | None]],
+    launched: list[FrozenTrial],
+    rule: StopRule,
+    threshold: float,
+    outlook: Callable[[], Outlook | None] | None,
+    alike: Callable[[FrozenTrial], Hashable] | None,
+) -> Outlook | None:
+    """A check the rule would ask for once the window is quiet, asked for now: the last
+    `patience - early_checks` launches moved the front by at most `threshold` (`early_checks`).
+    None when that part of the window moved it, or when what is left is the estimate's own
+    expected gain (it waits for the whole window)."""
+    quiet = rule.patience - rule.early_checks
+    if not rule.early_checks or outlook is None or quiet < 1:
+        return None
+    split = len(launched) - quiet
+    before = [p for _t, p in points[:split] if p is not None]
+    if not before:
+        return None
+    again = _remeasured(launched, split, alike, rule.remeasure_tolerance) if alike else set()
+    window = [p for t, p in points[split:] if p is not None and t.number not in again]
+    if front_move(before, window, rule.measure) > threshold:
+        return None
+    expected = outlook()
+    return expected if expected is not None and expected.check != STOP_CHECK else None
 
 
 def slo_violations(trial: FrozenTrial) -> dict[str, float] | None:
