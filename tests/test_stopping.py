@@ -309,7 +309,7 @@ def test_early_checks_are_asked_for_once_part_of_the_window_moved_nothing():
         asked.append(1)
         return blind
 
-    assert decide(_trials(rose), RULE, ask).outlook is None
+    assert decide(_trials(rose), replace(RULE, early_checks=0), ask).outlook is None
     rising = [(100.0, 10.0)] * 4 + [(110.0, 10.0), (121.0, 10.0)]
     assert decide(_trials(rising), rule, ask).outlook is None and not asked
 
