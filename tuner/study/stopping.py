@@ -189,10 +189,10 @@ class StopRule:
     # a re-measurement; not the estimate's expected gain, which counts) are measured then, inside
     # the window, rather than after it. 0: only once the whole window is quiet, and then the
     # checks came after a quiet window of 6: in a Llama TPOT cell on 64 clients five stopped
-    # studies ran 3-7 of them after it and spent 54.8-78.8% of their full studies' GPU hours.
+    # studies ran 5-8 of them after it and spent 54.8-78.8% of their full studies' GPU hours.
     # 2: there 44.3-61.7% (median 61.9% -> 51.3%) with the same best kept; on the development
-    # matrix 15 of 72 stopped studies stop 1-2 launches sooner, one a launch later, and none
-    # keeps less (benchmarks/results/early_checks.md).
+    # matrix 15 of 72 stopped studies stop 1-2 launches sooner, one a launch later, and one
+    # keeps 0.001 less of its full study's best (benchmarks/results/early_checks.md).
     early_checks: int = 2
 
     @property
@@ -271,9 +271,10 @@ def decide(
     alike: Callable[[FrozenTrial], Hashable] | None = None,
 ) -> StopDecision:
     """Stop now, or not yet and why. `outlook` is asked only when the measured trials alone say
-    stop (it refits and searches the estimate, about a second). `alike` says what the estimate
-    sees of a trial (None: it cannot say): a window trial alike to an earlier launch moves
-    nothing."""
+    stop, or when the last `patience - early_checks` of them do and it may name a check that is
+    not the estimate's expected gain (it refits and searches the estimate, about a second).
+    `alike` says what the estimate sees of a trial (None: it cannot say): a window trial alike
+    to an earlier launch moves nothing."""
     launched = launched_trials(trials)
     n = len(launched)
     points = [(t, feasible_point(t)) for t in launched]
