@@ -192,8 +192,8 @@ class StopRule:
     # studies ran 5-8 of them after it and spent 54.8-78.8% of their full studies' GPU hours.
     # 2: there 44.3-61.7% (median 61.9% -> 51.3%) with the same best kept; on the development
     # matrix 15 of 72 stopped studies stop 1-2 launches sooner, one a launch later, and one
-    # keeps 0.001 less of its full study's best; over 10 seeds of the seed 10 s and tpot-8b
-    # cells 24 of 120 sooner, 5 later (up to 6 launches), one best 0.004 lower
+    # keeps 0.001 less of its full study's best; over 10 seeds of its four spaces 34 of 240
+    # sooner, 11 later (up to 8 launches, in the open loop), five bests 0.001-0.005 apart
     # (benchmarks/results/early_checks.md).
     early_checks: int = 2
 
