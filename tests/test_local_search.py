@@ -187,6 +187,18 @@ def _measured(
     add_graded_trial(study, params, _DISTRIBUTIONS, throughput, slos, repeat)
 
 
+def _tpot_study(
+    rows: tuple[tuple[dict, float, float], ...],
+) -> tuple[optuna.Study, list[optuna.trial.FrozenTrial], set[tuple[Any, ...]]]:
+    """A study of completed trials, one per (params, throughput, graded p99 TPOT violation), its
+    trials and their keys."""
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for params, throughput, tpot in rows:
+        _measured(study, params, throughput, {"p99_tpot_ms": tpot})
+    trials = study.get_trials(deepcopy=False)
+    return study, trials, {key(t.params) for t in trials}
+
+
 def _trial(study: optuna.Study, params: dict, throughput: float) -> None:
     """A finished, SLO-feasible trial with these params and this throughput."""
     _measured(study, params, throughput, {"p99_ttft_ms": -0.5})
@@ -352,15 +364,13 @@ def test_an_edge_is_bisected_from_a_trial_within_the_noise_of_the_best_too():
     became the best. The bisection goes on from the first one (8 running) instead of starting
     over from the new best's range ends; with `edge_tie` 0 it starts over."""
     space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
-    study = optuna.create_study(directions=["maximize", "minimize"])
-    for params, throughput, tpot in (
-        ({**START, "max_running_requests": 4}, 400.0, -0.2),
-        ({**START, "max_running_requests": 16}, 1500.0, 0.3),
-        ({**START, "mem_fraction_static": 0.95}, 404.0, -0.2),
-    ):
-        _measured(study, params, throughput, {"p99_tpot_ms": tpot})
-    trials = study.get_trials(deepcopy=False)
-    tried = {key(t.params) for t in trials}
+    study, trials, tried = _tpot_study(
+        (
+            ({**START, "max_running_requests": 4}, 400.0, -0.2),
+            ({**START, "max_running_requests": 16}, 1500.0, 0.3),
+            ({**START, "mem_fraction_static": 0.95}, 404.0, -0.2),
+        )
+    )
     halfway = {**START, "max_running_requests": 8}
     assert LocalSearch(space, seed=0).propose(trials, tried) == halfway
     assert LocalSearch(space, seed=0).edge_move(trials, tried) == (halfway, 1500.0)
@@ -381,16 +391,14 @@ def test_an_edge_is_carried_to_a_tied_trial_with_more_room_under_the_slo():
     nearest value past the first edge) is an edge move; without it no edge move is left (8 and
     9 are adjacent, and 9 differs from the tied trial in two params)."""
     space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
-    study = optuna.create_study(directions=["maximize", "minimize"])
     small = {**START, "chunked_prefill_size": 4096}
-    for params, throughput, tpot in (
-        ({**START, "max_running_requests": 8}, 800.0, -0.02),
-        ({**START, "max_running_requests": 9}, 900.0, 0.05),
-        ({**small, "max_running_requests": 6}, 770.0, -0.15),
-    ):
-        _measured(study, params, throughput, {"p99_tpot_ms": tpot})
-    trials = study.get_trials(deepcopy=False)
-    tried = {key(t.params) for t in trials}
+    study, trials, tried = _tpot_study(
+        (
+            ({**START, "max_running_requests": 8}, 800.0, -0.02),
+            ({**START, "max_running_requests": 9}, 900.0, 0.05),
+            ({**small, "max_running_requests": 6}, 770.0, -0.15),
+        )
+    )
     carried = {**small, "max_running_requests": 9}
     on = LocalSearch(space, LocalSearchConfig(carry_tie=0.05), seed=0)
     assert on.edge_move(trials, tried) == (carried, 900.0)
@@ -410,15 +418,14 @@ def test_an_edge_is_carried_to_a_tied_trial_with_more_room_under_the_slo():
         LocalSearch(space, LocalSearchConfig(carry_tie=0.01), seed=0).edge_move(trials, tried)
         is None
     )
-    study = optuna.create_study(directions=["maximize", "minimize"])
-    for params, throughput, tpot in (
-        ({**START, "max_running_requests": 8}, 800.0, -0.05),
-        ({**START, "max_running_requests": 9}, 900.0, 0.05),
-        ({**small, "max_running_requests": 6}, 790.0, -0.06),
-    ):
-        _measured(study, params, throughput, {"p99_tpot_ms": tpot})
-    trials = study.get_trials(deepcopy=False)
-    assert on.edge_move(trials, {key(t.params) for t in trials}) is None
+    study, trials, tried = _tpot_study(
+        (
+            ({**START, "max_running_requests": 8}, 800.0, -0.05),
+            ({**START, "max_running_requests": 9}, 900.0, 0.05),
+            ({**small, "max_running_requests": 6}, 790.0, -0.06),
+        )
+    )
+    assert on.edge_move(trials, tried) is None
 
 
 def test_moves_from_the_boundary_trial_need_not_extend_the_move_that_reached_it():
@@ -427,16 +434,14 @@ def test_moves_from_the_boundary_trial_need_not_extend_the_move_that_reached_it(
     caps of 1, 7 and 20 below the best trial's 46, in the region the best already rules. With
     `boundary_extend` off (the default) they do not."""
     space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
-    study = optuna.create_study(directions=["maximize", "minimize"])
     high = {**START, "mem_fraction_static": 0.95}
-    for params, throughput, tpot in (
-        ({**START, "max_running_requests": 8}, 800.0, -0.05),
-        ({**high, "max_running_requests": 16}, 1500.0, 0.3),
-        ({**high, "max_running_requests": 12}, 1200.0, 0.05),
-    ):
-        _measured(study, params, throughput, {"p99_tpot_ms": tpot})
-    trials = study.get_trials(deepcopy=False)
-    tried = {key(t.params) for t in trials}
+    _study, trials, tried = _tpot_study(
+        (
+            ({**START, "max_running_requests": 8}, 800.0, -0.05),
+            ({**high, "max_running_requests": 16}, 1500.0, 0.3),
+            ({**high, "max_running_requests": 12}, 1200.0, 0.05),
+        )
+    )
     still = LocalSearchConfig(edge_level=None, probe_level=None)  # the default
     extended = LocalSearch(
         space, LocalSearchConfig(edge_level=None, probe_level=None, boundary_extend=True), seed=0

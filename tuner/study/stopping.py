@@ -312,13 +312,7 @@ def decide(
     )
     if at_defaults and n < until:
         return keep_going(f"no trial within the SLOs has beaten sglang's defaults{margin} yet")
-    again = (
-        _remeasured(launched, split, alike, rule.remeasure_tolerance)
-        if alike is not None
-        else set()
-    )
-    window = [p for t, p in points[split:] if p is not None and t.number not in again]
-    moved = front_move(before, window, rule.measure)
+    moved, again = _window_move(points, launched, split, rule, alike)
     what = _WHAT[rule.measure]
     if moved > threshold:
         early = _early_check(points, launched, rule, threshold, outlook, alike)
@@ -369,6 +363,22 @@ def decide(
     )
 
 
+def _window_move(
+    points: list[tuple[FrozenTrial, tuple[float, float] | None]],
+    launched: list[FrozenTrial],
+    split: int,
+    rule: StopRule,
+    alike: Callable[[FrozenTrial], Hashable] | None,
+) -> tuple[float, set[int]]:
+    """How far the launches from `split` on moved the front of the feasible ones before them
+    (`front_move`), leaving out those that re-measured an earlier launch (`_remeasured`), and
+    the numbers of those."""
+    before = [p for _t, p in points[:split] if p is not None]
+    again = _remeasured(launched, split, alike, rule.remeasure_tolerance) if alike else set()
+    window = [p for t, p in points[split:] if p is not None and t.number not in again]
+    return front_move(before, window, rule.measure), again
+
+
 def _early_check(
     points: list[tuple[FrozenTrial, tuple[float, float] | None]],
     launched: list[FrozenTrial],
@@ -384,14 +394,8 @@ def _early_check(
     quiet = rule.patience - rule.early_checks
     if not rule.early_checks or outlook is None or quiet < 1:
         return None
-    split = len(launched) - quiet
-    before = [p for _t, p in points[:split] if p is not None]
-    if not before:
-        return None
-    again = _remeasured(launched, split, alike, rule.remeasure_tolerance) if alike else set()
-    window = [p for t, p in points[split:] if p is not None and t.number not in again]
-    if front_move(before, window, rule.measure) > threshold:
-        return None
+    if _window_move(points, launched, len(launched) - quiet, rule, alike)[0] > threshold:
+        return None  # that part of the window moved it too
     expected = outlook()
     return expected if expected is not None and expected.check != STOP_CHECK else None
 
