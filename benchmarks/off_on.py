@@ -94,6 +94,10 @@ TOGGLE names the change (`TOGGLES`):
   probes, valleys, the re-measurement) start once 4 of the window's 6 launches moved nothing,
   inside the window (tuner/study/stopping.py `early_checks` 2; off: 0, once all 6 did). A stop
   rule's change only, as `beat-defaults`.
+- `neighbour-checks`: before it stops, the stop rule measures the best trial moved by one step
+  in an int param of at most 5 values (draft steps), where untried, once a study, the value
+  fewer trials ran first (tuner/study/guide.py `neighbour_checks` 1; off: 0). A stop rule's
+  change only, as `beat-defaults`.
 - `valley`: of trials one number apart that all miss the same SLO, the two beside the one
   that misses by least, when both miss by less than 10% of the limit with more than 3% more
   throughput than the best trial within the SLOs, have the number halfway tried at the edge
@@ -177,9 +181,16 @@ def _local_search(
 
 def _guide(field: str) -> Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]:
     """A toggle of one GuideConfig bool field."""
+    return _guide_value(field, False, True)
 
-    def toggle(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
-        return replace(method, guide=((field, on),)), nullcontext()
+
+def _guide_value(
+    field: str, off: Any, on: Any
+) -> Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]:
+    """A toggle of one GuideConfig field: `off` against `on`."""
+
+    def toggle(method: Any, is_on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+        return replace(method, guide=((field, on if is_on else off),)), nullcontext()
 
     return toggle
 
@@ -278,12 +289,15 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "defaults-until": _stop_rule("defaults_until", 10**9),  # off: the defaults never stop it
     "early-checks": _stop_rule("early_checks", 0, 2),  # on: checks from 4 quiet launches
     "fresh-picks": _guide("fresh_picks"),
+    "neighbour-checks": _guide_value("neighbour_checks", 0, 1),
 }
 
 
 # Toggles of the stop rule alone: a full study (no stop rule) runs the same off and on, so it is
 # run once.
-STOP_ONLY = frozenset({"beat-defaults", "defaults-until", "step-back", "early-checks"})
+STOP_ONLY = frozenset(
+    {"beat-defaults", "defaults-until", "step-back", "early-checks", "neighbour-checks"}
+)
 
 
 def outcome(run: Any) -> Outcome:

@@ -878,6 +878,48 @@ def test_the_stop_rules_blind_check_passes_over_a_move_the_study_measured_worse(
     assert check(True, trials) == check(False, trials) == plain
 
 
+def test_the_stop_rules_neighbour_check_moves_the_best_trial_one_draft_step():
+    """Two stopped seed 10 s studies kept 3 and 5 draft steps where their full studies found 4
+    best (0.977-0.978): before it stops, the stop rule measures the best trial one step away
+    in a number of few values (`neighbour_move`), the value fewer trials ran first, then the
+    smaller, not one whose same move measured worse from another trial, and never a number of
+    more values than asked."""
+    space = space_from_dict(ADAPTIVE_SPACE)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    _trial(study, _steps(3), 478.0)
+    best = study.get_trials()[-1]
+
+    def near(upto: int, skip: bool = True) -> tuple[str, dict[str, Any]] | None:
+        search = LocalSearch(space, LocalSearchConfig(blind_known_skip=skip), seed=0)
+        trials = study.get_trials()
+        return search.neighbour_move(best, {key(t.params) for t in trials}, trials, upto)
+
+    assert near(0) is None and near(4) is None  # draft steps have 5 values
+    name, down = near(5) or ("", {})
+    assert name == "speculative_num_steps" and down["speculative_num_steps"] == 2
+    assert "speculative_adaptive" not in down  # inactive at 2 steps
+    others = ("speculative_num_steps", "speculative_adaptive")
+    assert {k: v for k, v in down.items() if k not in others} == {
+        k: v for k, v in best.params.items() if k not in others
+    }
+    # A value the study has run less goes first: 4 steps, which no trial ran, before 2.
+    _trial(study, {**_steps(2), "mem_fraction_static": 0.8}, 300.0)
+    _trial(study, {**_steps(2), "mem_fraction_static": 0.75}, 290.0)
+    assert (near(5) or ("", {}))[1]["speculative_num_steps"] == 4
+    # 3 -> 4 steps measured worse from a trial that differs only in its memory fraction: the
+    # check passes over it to 2 steps (as blind checks do, `blind_known_skip`).
+    _trial(study, {**_steps(3), "mem_fraction_static": 0.9}, 476.0)
+    _trial(study, {**_steps(4), "mem_fraction_static": 0.9}, 440.0)
+    assert (near(5) or ("", {}))[1]["speculative_num_steps"] == 2
+    assert (near(5, skip=False) or ("", {}))[1]["speculative_num_steps"] == 4
+    _trial(study, _steps(2), 470.0)
+    assert near(5) is None  # 4 known worse, 2 measured
+    # A running cap of 1-16 moves by one step once 16 values are allowed: 4 -> 3 first.
+    wide = near(16)
+    assert wide is not None and wide[0] == "max_running_requests"
+    assert wide[1]["max_running_requests"] == 3
+
+
 def _valley_space() -> Any:
     """The search space of the held-out Qwen3.6-27B cell, cut down: MTP steps 1-5 with adaptive
     speculation at 1, 3 and 5 steps, p99 TTFT <= 3 s and p99 TPOT <= 18 ms."""

@@ -21,6 +21,7 @@ from tuner.study.stopping import StopRule
 # The small space's optimum comes within the guide's first picks; a short window shows the stop
 # in a few trials instead of the default 12 + 8.
 QUICK = StopRule(min_trials=4, patience=2)
+BUDGET = 12
 
 
 def _launched(tmp_path: Path) -> int:
@@ -44,23 +45,26 @@ def test_a_study_stops_by_the_rule_says_why_and_resumes_with_min_gain_0(tmp_path
     space = small_space(tmp_path)
 
     def optimize(min_gain: float) -> str:
-        options = _quick(tmp_path, space, 8, min_gain=min_gain)
+        options = _quick(tmp_path, space, BUDGET, min_gain=min_gain)
         assert run_optimize(options, workers=1, report=False) == 0
         return " ".join(capsys.readouterr().out.split())
 
     out = optimize(0.01)
     stopped_at = _launched(tmp_path)
-    assert 4 <= stopped_at < 8
-    assert f"done after {stopped_at} of 8 trials: the last 2 launched trials moved the front" in out
-    assert f"Saved {8 - stopped_at} launches, ~" in out and "GPU hours (modelled)" in out
+    assert 4 <= stopped_at < BUDGET
+    assert (
+        f"done after {stopped_at} of {BUDGET} trials: the last 2 launched trials moved the front"
+        in out
+    )
+    assert f"Saved {BUDGET - stopped_at} launches, ~" in out and "GPU hours (modelled)" in out
     assert "the same command with --min-gain 0" in out
 
     again = optimize(0.01)  # the same command: the evidence has not changed, nothing launched
     assert _launched(tmp_path) == stopped_at
-    assert f"done after {stopped_at} of 8 trials" in again
+    assert f"done after {stopped_at} of {BUDGET} trials" in again
 
     rest = optimize(0.0)  # the rest of the budget, on the same study
-    assert _launched(tmp_path) == 8
+    assert _launched(tmp_path) == BUDGET
     assert "done after" not in rest
     storage = open_storage(None, "small", tmp_path / "studies")
     study = optuna.load_study(study_name="small", storage=storage)

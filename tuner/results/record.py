@@ -121,8 +121,8 @@ OWNER = "owner"  # {"host", "pid", "start", "boot"} of the process running the t
 HEARTBEAT = "heartbeat"  # Unix time of the owner's last sign of life
 ABANDONED = "abandoned"  # why a RUNNING trial was found without a live owner (FAIL, retried)
 GUIDED_BY = (
-    # "estimate", "polish", "stop-check", "blind-check", "edge-check", "edge-probe" or
-    # "remeasure-check": the guide queued this trial (tuner/study/guide.py,
+    # "estimate", "polish", "stop-check", "blind-check", "neighbour-check", "edge-check",
+    # "edge-probe" or "remeasure-check": the guide queued this trial (tuner/study/guide.py,
     # tuner/study/stopping.py)
     "guided_by"
 )

@@ -455,6 +455,47 @@ class LocalSearch:
                     return move.param, candidate
         return None
 
+    def neighbour_move(
+        self,
+        base: FrozenTrial,
+        tried: set[tuple[Any, ...]],
+        trials: Sequence[FrozenTrial] = (),
+        upto: int = 0,
+    ) -> tuple[str, Params] | None:
+        """(the moved param, the configuration) of an untried move of `base` by one step in an
+        int param of at most `upto` values (draft steps 1-5); None when there is none (or
+        `upto` is 0). The value fewer launched `trials` ran first (what the study has not
+        seen), then the smaller. As for `blind_move`, not one whose same move made one of
+        `trials` worse than the trial it moved from."""
+        params = dict(base.params)
+        effects = (
+            _move_effects(self.space, trials, self.config.infeasible_effects)
+            if self.config.blind_known_skip
+            else {}
+        )
+        for name, value in params.items():
+            spec = self.space.params.get(name)
+            if spec is None or spec.kind != "int" or value is None:
+                continue
+            step = int(spec.step or 1)
+            low, high = int(spec.low or 0), int(spec.high or 0)
+            if (high - low) // step + 1 > upto:
+                continue
+            ran = [t.params.get(name) for t in trials if t.state != TrialState.WAITING]
+            for target in sorted(
+                (int(value) - step, int(value) + step), key=lambda v: (ran.count(v), v)
+            ):
+                if not low <= target <= high:
+                    continue
+                move = Move(name, target, 3.0)
+                found = _effect_of(self.space, params, move)
+                if found is not None and effects.get(found, 0.0) < 0:
+                    continue
+                candidate = complete(self.space, {**params, name: target}, params)
+                if key(candidate) not in tried:
+                    return name, candidate
+        return None
+
     def edge_move(
         self, trials: Sequence[FrozenTrial], tried: set[tuple[Any, ...]]
     ) -> tuple[Params, float] | None:

@@ -51,16 +51,19 @@
    when the re-measurement misses by less than the noise again, the trial one step from it
    towards that best trial is measured (`STEP_BACK`): a cap of 38 that missed an 11 ms p99
    TPOT limit by 0.3-1.1% in three measurements, while 37 met it by 1.2%.
-   A blind move's, an edge's, a probe's, a valley's, a re-measurement's or a step back's
-   measurement (`BLIND_CHECK`, `EDGE_CHECK`, `EDGE_PROBE`, `VALLEY_CHECK`, `REMEASURE_CHECK`,
-   `STEP_BACK`) does not count toward `max_checks`: it tested no prediction, and each is
-   measured once (a bisection halves the edge's gap each time). In the tpot-8b space the
-   median stopped seed (shipped world) had kept 0.935 of the full study's best, stopping
-   before the search bisected the edge. Counted, two blind moves from the best trial
-   (HiCache off, the other write policy) used up both checks in a 10 s seed of the quality
-   benchmark's slow-constants world, the estimate was never asked, and the study stopped at
-   0.948 of its full study's best: asked, it expected +4.4% from the memory fraction's top
-   with 4 draft steps and HiCache, and measured it.
+   With `GuideConfig.neighbour_checks`, a move of the best trial by one step in a number of
+   at most that many values that is untried (`NEIGHBOUR_CHECK`: draft steps 3 -> 4, where
+   the estimate ranked 4 below 3 and the study's full run found 4 best) is measured too.
+   A blind move's, a neighbour's, an edge's, a probe's, a valley's, a re-measurement's or a
+   step back's measurement (`BLIND_CHECK`, `NEIGHBOUR_CHECK`, `EDGE_CHECK`, `EDGE_PROBE`,
+   `VALLEY_CHECK`, `REMEASURE_CHECK`, `STEP_BACK`) does not count toward `max_checks`: it
+   tested no prediction, and each is measured once (a bisection halves the edge's gap each
+   time). In the tpot-8b space the median stopped seed (shipped world) had kept 0.935 of
+   the full study's best, stopping before the search bisected the edge. Counted, two blind
+   moves from the best trial (HiCache off, the other write policy) used up both checks in a
+   10 s seed of the quality benchmark's slow-constants world, the estimate was never asked,
+   and the study stopped at 0.948 of its full study's best: asked, it expected +4.4% from
+   the memory fraction's top with 4 draft steps and HiCache, and measured it.
    Those checks other than the estimate's expected gain start before the window is quiet, once
    its last `patience - early_checks` launches are (`early_checks` 2: from 4 quiet launches of
    6): they are measured inside the window instead of after it.
@@ -136,6 +139,10 @@ REMEASURE_CHECK = record.REMEASURE_CHECK
 # that trial moved one step towards the best trial that meets every SLO by more, when measured
 # again it still missed by less than a rerun's noise (once a study: tuner/study/near_misses.py)
 STEP_BACK = "step-back-check"
+# the best trial one step away in a number of few values (draft steps 3 -> 4): the estimate
+# ranks such a move, but a structure it lacks (acceptance that decays by position) moves
+# the best step count by one (tuner/study/local_search.py `neighbour_move`)
+NEIGHBOUR_CHECK = "neighbour-check"
 # The checks that count toward `StopRule.max_checks`: the estimate's expected gains. Blind
 # moves, edge bisections and edge probes test no prediction of the estimate's, and each is
 # measured once.
