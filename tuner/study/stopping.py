@@ -51,9 +51,9 @@
    when the re-measurement misses by less than the noise again, the trial one step from it
    towards that best trial is measured (`STEP_BACK`): a cap of 38 that missed an 11 ms p99
    TPOT limit by 0.3-1.1% in three measurements, while 37 met it by 1.2%.
-   With `GuideConfig.neighbour_checks`, a move of the best trial by one step in a number of
-   at most that many values that is untried (`NEIGHBOUR_CHECK`: draft steps 3 -> 4, where
-   the estimate ranked 4 below 3 and the study's full run found 4 best) is measured too.
+   Once a study (`GuideConfig.neighbour_checks`), the best trial moved by one step in a
+   number of at most `neighbour_upto` values (5) is measured where untried
+   (`NEIGHBOUR_CHECK`: draft steps 3 -> 4, where the study's full run found 4 best).
    A blind move's, a neighbour's, an edge's, a probe's, a valley's, a re-measurement's or a
    step back's measurement (`BLIND_CHECK`, `NEIGHBOUR_CHECK`, `EDGE_CHECK`, `EDGE_PROBE`,
    `VALLEY_CHECK`, `REMEASURE_CHECK`, `STEP_BACK`) does not count toward `max_checks`: it
