@@ -56,10 +56,14 @@ def _servers_left(tmp_path: Path, timeout_s: float = 20) -> list[str]:
         time.sleep(0.2)
 
 
-def _freeze_mid_benchmark(load, pid: int, timeout_s: float = 120) -> int:
-    """SIGSTOP the tuner while a trial's server is up (the benchmark runs); return the trial.
+def _freeze_mid_benchmark(load, pid: int, timeout_s: float = 120, stages: int = 3) -> int:
+    """SIGSTOP the tuner while a trial's server is up and its benchmark has not recorded all its
+    `stages` (small_space runs 3); return the trial.
 
-    Frozen, the tuner cannot finish the trial between the check and the signal that follows.
+    Frozen, the tuner cannot finish the trial between the check and the signal that follows. A
+    trial with every stage recorded may be frozen inside the tell that completes it, still
+    uncommitted when looked at: a signal never interrupts a storage call (tuner/signals.py), so
+    that write lands and the trial ends complete, not interrupted (seen once on PostgreSQL).
     """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -67,7 +71,9 @@ def _freeze_mid_benchmark(load, pid: int, timeout_s: float = 120) -> int:
         running = [
             t
             for t in (study.get_trials(deepcopy=False) if study else [])
-            if t.state == TrialState.RUNNING and t.user_attrs.get(record.SERVER_PGID)
+            if t.state == TrialState.RUNNING
+            and t.user_attrs.get(record.SERVER_PGID)
+            and len(t.user_attrs.get(record.STAGES) or ()) < stages
         ]
         if running:
             os.kill(pid, signal.SIGSTOP)
