@@ -88,7 +88,7 @@ from tuner.study.bisection import (
     valley_moves,
     window_moves,
 )
-from tuner.study.moves import Move, Params, complete, key, moves
+from tuner.study.moves import Move, Params, complete, few_values, key, moves
 from tuner.study.standing import (
     Standing,
     by_standing,
@@ -437,22 +437,16 @@ class LocalSearch:
         that the estimate cannot see (`blind`), or None. With `blind_known_skip`, not one whose
         same move made one of `trials` worse than the trial it moved from (`_move_effects`)."""
         params = dict(base.params)
-        effects = (
-            _move_effects(self.space, trials, self.config.infeasible_effects)
-            if self.config.blind_known_skip
-            else {}
-        )
+        worse = self._known_worse(params, trials)
         for move in sorted(
             moves(self.space, params, self.config.ordered_upto), key=lambda m: m.level
         ):
-            found = _effect_of(self.space, params, move)
-            if found is not None and effects.get(found, 0.0) < 0:
+            if worse(move) or not self._blind(move, params):
                 continue
-            if self._blind(move, params):
-                candidate = complete(self.space, {**params, move.param: move.value,
-                                                  **dict(move.switched_on)}, params)  # fmt: skip
-                if key(candidate) not in tried:
-                    return move.param, candidate
+            candidate = complete(self.space, {**params, move.param: move.value,
+                                              **dict(move.switched_on)}, params)  # fmt: skip
+            if key(candidate) not in tried:
+                return move.param, candidate
         return None
 
     def neighbour_move(
@@ -463,38 +457,44 @@ class LocalSearch:
         upto: int = 0,
     ) -> tuple[str, Params] | None:
         """(the moved param, the configuration) of an untried move of `base` by one step in an
-        int param of at most `upto` values (draft steps 1-5); None when there is none (or
-        `upto` is 0). The value fewer launched `trials` ran first (what the study has not
-        seen), then the smaller. As for `blind_move`, not one whose same move made one of
+        int param of at most `upto` values (draft steps 1-5, `few_values`); None when there is
+        none (or `upto` is 0). The value fewer launched `trials` ran first (what the study has
+        not seen), then the smaller. As for `blind_move`, not one whose same move made one of
         `trials` worse than the trial it moved from."""
         params = dict(base.params)
-        effects = (
-            _move_effects(self.space, trials, self.config.infeasible_effects)
-            if self.config.blind_known_skip
-            else {}
-        )
+        worse = self._known_worse(params, trials)
         for name, value in params.items():
             spec = self.space.params.get(name)
-            if spec is None or spec.kind != "int" or value is None:
+            values = None if spec is None or value is None else few_values(spec, upto)
+            if spec is None or values is None:
                 continue
             step = int(spec.step or 1)
-            low, high = int(spec.low or 0), int(spec.high or 0)
-            if (high - low) // step + 1 > upto:
-                continue
             ran = [t.params.get(name) for t in trials if t.state != TrialState.WAITING]
-            for target in sorted(
-                (int(value) - step, int(value) + step), key=lambda v: (ran.count(v), v)
-            ):
-                if not low <= target <= high:
-                    continue
-                move = Move(name, target, 3.0)
-                found = _effect_of(self.space, params, move)
-                if found is not None and effects.get(found, 0.0) < 0:
+            targets = [v for v in (int(value) - step, int(value) + step) if v in values]
+            for target in sorted(targets, key=lambda v: (ran.count(v), v)):
+                if worse(Move(name, target, 3.0)):
                     continue
                 candidate = complete(self.space, {**params, name: target}, params)
                 if key(candidate) not in tried:
                     return name, candidate
         return None
+
+    def _known_worse(self, params: Params, trials: Sequence[FrozenTrial]) -> Callable[[Move], bool]:
+        """Whether a move from `params` is one whose same move made one of `trials` worse than
+        the trial it moved from (`_move_effects`, read on the first question); never without
+        `blind_known_skip`."""
+        effects: dict[Effect, float] | None = None
+
+        def worse(move: Move) -> bool:
+            nonlocal effects
+            if not self.config.blind_known_skip:
+                return False
+            if effects is None:
+                effects = _move_effects(self.space, trials, self.config.infeasible_effects)
+            found = _effect_of(self.space, params, move)
+            return found is not None and effects.get(found, 0.0) < 0
+
+        return worse
 
     def edge_move(
         self, trials: Sequence[FrozenTrial], tried: set[tuple[Any, ...]]

@@ -110,8 +110,8 @@ def _numeric_targets(
 ) -> list[tuple[float, Any]]:
     low, high = float(spec.low or 0), float(spec.high or 0)
     step = int(spec.step or 1)
-    if spec.kind == "int" and (high - low) / step + 1 <= ordered_upto:
-        values = range(int(low), int(high) + 1, step)
+    values = few_values(spec, ordered_upto)
+    if values is not None:
         return [(abs(v - value) / step - 1, v) for v in values if v != value]
     geometric = spec.log and low > 0 and value > 0
     out: list[tuple[float, Any]] = []
@@ -125,6 +125,15 @@ def _numeric_targets(
         unit = float(spec.step or (1 if spec.kind == "int" else (high - low) / 20))
         out.append((3.0, snap(spec, value + math.copysign(unit, end - value))))
     return [(level, t) for level, t in out if not equal(t, value)]
+
+
+def few_values(spec: ParamSpec, upto: int) -> range | None:
+    """Every value of an int param that has at most `upto` of them (draft steps 1-5), in order;
+    None for any other param."""
+    if spec.kind != "int":
+        return None
+    low, high, step = int(spec.low or 0), int(spec.high or 0), int(spec.step or 1)
+    return range(low, high + 1, step) if (high - low) // step + 1 <= upto else None
 
 
 def equal(a: float, b: float) -> bool:
