@@ -98,6 +98,10 @@ TOGGLE names the change (`TOGGLES`):
   in an int param of at most 5 values (draft steps), where untried, once a study, the value
   fewer trials ran first (tuner/study/guide.py `neighbour_checks` 1; off: 0). A stop rule's
   change only, as `beat-defaults`.
+- `pool-alike`: launches the estimate cannot tell apart are judged against the SLOs together
+  by the stop rule: one within them is no point of the front when its group's mean graded
+  violation is past a limit (tuner/study/stopping.py `pool_alike`; off: each as measured). A
+  stop rule's change only, as `beat-defaults`.
 - `valley`: of trials one number apart that all miss the same SLO, the two beside the one
   that misses by least, when both miss by less than 10% of the limit with more than 3% more
   throughput than the best trial within the SLOs, have the number halfway tried at the edge
@@ -290,13 +294,21 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "early-checks": _stop_rule("early_checks", 0, 2),  # on: checks from 4 quiet launches
     "fresh-picks": _guide("fresh_picks"),
     "neighbour-checks": _guide_value("neighbour_checks", 0, 1),
+    "pool-alike": _stop_rule("pool_alike", False, True),
 }
 
 
 # Toggles of the stop rule alone: a full study (no stop rule) runs the same off and on, so it is
 # run once.
 STOP_ONLY = frozenset(
-    {"beat-defaults", "defaults-until", "step-back", "early-checks", "neighbour-checks"}
+    {
+        "beat-defaults",
+        "defaults-until",
+        "step-back",
+        "early-checks",
+        "neighbour-checks",
+        "pool-alike",
+    }
 )
 
 

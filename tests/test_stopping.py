@@ -20,6 +20,7 @@ from tuner.study.stopping import (
     StopRule,
     decide,
     front_move,
+    pooled_past,
 )
 
 RULE = StopRule(min_gain=0.01, min_trials=6, patience=4, max_checks=2)
@@ -223,6 +224,41 @@ def test_a_window_trial_the_estimate_cannot_tell_from_an_earlier_launch_moves_no
     far = _trials([(100.0, 10.0), (60.0, 12.0), (101.0, 10.0), (107.5, 10.0), (99.0, 10.0),
                    (100.5, 10.0)])  # fmt: skip
     assert not decide(far, RULE, alike=same).stop
+
+
+def test_launches_the_estimate_cannot_tell_apart_are_judged_against_the_slos_together():
+    """Trial 2 measured within the SLO by 1% and trial 0, the same configuration to the
+    estimate (HiCache ratios that change nothing), past it by 5%: on their mean (2% past, more
+    than a rerun's 2% noise over the square root of two) the configuration is past, so trial 2
+    is no point of the front. Without that the window's new configuration (80 tok/s, within by
+    50%) moves nothing against trial 2's 109 and the study stops on a configuration past the
+    limit; with it, the window moved the front from trial 1's 60 tok/s, and the study goes on."""
+    points = [("over", 110.0, 10.0, 0.05), (60.0, 12.0), ("over", 109.0, 10.0, -0.01)]
+    points += [(80.0, 11.0), (60.2, 12.0), (60.1, 12.0), (59.9, 12.0)]
+    trials = _trials(points)
+    classes = {0: "c", 1: "b", 2: "c", 3: "d", 4: "b", 5: "b", 6: "b"}
+
+    def alike(t: optuna.trial.FrozenTrial) -> str | None:
+        return classes.get(t.number)
+
+    assert pooled_past(trials, alike) == {0, 2}
+    unpooled = decide(trials, replace(RULE, pool_alike=False), alike=alike)
+    assert unpooled.stop and unpooled.best_trial == 2
+    pooled = decide(trials, RULE, alike=alike)
+    assert not pooled.stop and pooled.best_trial == 3
+    assert "moved the front by 33.3%" in pooled.reason
+    assert "(trial 2 met the SLOs as measured, but not on the mean" in pooled.reason
+    # 0.5% past on the mean (2% past, 1% within): less than the noise says, each stays as
+    # measured; so does a group within on the mean.
+    for first in (0.02, 0.005):
+        closer = _trials([("over", 110.0, 10.0, first), *points[1:]])
+        assert pooled_past(closer, alike) == set()
+        assert decide(closer, RULE, alike=alike).best_trial == 2
+    # Three launches past by 1.5% on the mean: more than 2% over the square root of three.
+    three = _trials([*points, ("over", 108.0, 10.0, 0.005)])
+    assert pooled_past(three, lambda t: classes.get(t.number, "c")) == {0, 2, 7}
+    # A configuration measured once, or one the estimate cannot predict, is judged alone.
+    assert pooled_past(trials, lambda t: None if t.number == 0 else classes[t.number]) == set()
 
 
 class _Forecaster:
