@@ -227,3 +227,31 @@ def test_the_gemm_world_makes_a_step_cost_more_than_its_spec_sheet_says(monkeypa
     # cell's 30 ms with every client running, this world puts the limit inside the range.
     assert all_.throughput / all_shipped.throughput < few.throughput / few_shipped.throughput
     assert all_shipped.slo_values[0] < 30 < all_.slo_values[0], (all_, all_shipped)
+
+
+def test_the_overlap_world_puts_the_tpot_limit_inside_the_running_caps_range(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    base = {"mem_fraction_static": 0.9, "schedule_policy": "fcfs", "chunked_prefill_size": 8192}
+    draft = {
+        "speculative_algorithm": "STANDALONE",
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_draft_model_path": "Tengyunw/qwen3_8b_eagle3",
+    }
+    configs = (
+        {**base, "max_running_requests": 48, "speculative_algorithm": None},  # sglang's defaults
+        {**base, **draft, "max_running_requests": 32},
+        {**base, **draft, "max_running_requests": 48},
+    )
+    (every, every_shipped), (some, _s), (drafted, drafted_shipped) = _in_world_and_shipped(
+        HELDOUT / "qwen8b-h200-chat-tpot.yaml", *configs
+    )
+    # Every client running breaks the cell's 13 ms p99 TPOT (15.7 ms), where the shipped
+    # profiles meet it (12.6 ms); 3 draft steps at 32 running meet both limits (12.8 ms, p99
+    # TTFT 2.8 s against 4 s).
+    assert every_shipped.slo_values[1] < 13 < every.slo_values[1], (every, every_shipped)
+    assert some.feasible, some
+    # With every client running the draft serves 1.09x more in this world (slower memory,
+    # faster compute), 0.92x as shipped.
+    assert drafted.throughput > 1.05 * every.throughput, (drafted, every)
+    assert drafted_shipped.throughput < 0.95 * every_shipped.throughput
