@@ -100,8 +100,9 @@ TOGGLE names the change (`TOGGLES`):
   change only, as `beat-defaults`.
 - `pool-alike`: launches the estimate cannot tell apart are judged against the SLOs together
   by the stop rule: one within them is no point of the front when its group's mean graded
-  violation is past a limit (tuner/study/stopping.py `pool_alike`; off: each as measured). A
-  stop rule's change only, as `beat-defaults`.
+  violation is past a limit by more than 2% over the square root of the group's size
+  (tuner/study/stopping.py `pool_alike`; off: each as measured). A stop rule's change only,
+  as `beat-defaults`.
 - `valley`: of trials one number apart that all miss the same SLO, the two beside the one
   that misses by least, when both miss by less than 10% of the limit with more than 3% more
   throughput than the best trial within the SLOs, have the number halfway tried at the edge
