@@ -309,6 +309,7 @@ def decide(
     to an earlier launch moves nothing."""
     launched = launched_trials(trials)
     n = len(launched)
+    alike = None if alike is None else _asked_once(alike)
     past = pooled_past(launched, alike) if alike is not None and rule.pool_alike else set()
     points = [(t, None if t.number in past else feasible_point(t)) for t in launched]
     feasible = [(t, p) for t, p in points if p is not None]
@@ -478,6 +479,19 @@ def _past(violation: float) -> str:
     """A graded violation in words: 80% past the limit; 4.2x it (only an upper limit can be
     missed by a whole limit or more)."""
     return f"{violation:.0%} past its limit" if violation < 1 else f"{1 + violation:.1f}x its limit"
+
+
+def _asked_once(alike: Callable[[FrozenTrial], Hashable]) -> Callable[[FrozenTrial], Hashable]:
+    """`alike` asked once a trial in one decision: the pooled judgment and the window's
+    re-measurements (twice with the early checks) read every launch's, a prediction each."""
+    keys: dict[int, Hashable] = {}
+
+    def key(t: FrozenTrial) -> Hashable:
+        if t.number not in keys:
+            keys[t.number] = alike(t)
+        return keys[t.number]
+
+    return key
 
 
 def pooled_past(
