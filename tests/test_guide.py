@@ -613,3 +613,109 @@ def test_before_the_study_stops_it_measures_its_best_trial_one_draft_step_away()
     fresh = optuna.create_study(directions=["maximize", "minimize"])
     fresh.add_trials(first)
     assert (off.outlook(fresh, min_gain=0.02) or outlook).check != NEIGHBOUR_CHECK
+
+
+def test_a_group_the_estimate_cannot_tell_apart_measured_alike_twice_is_settled():
+    """A slow-constants 3 s seed launched seven HiCache ratios of one configuration, each
+    223 tok/s, as noise handed the best trial from one ratio to the next. Once two launches the
+    estimate cannot tell apart measured within 3% of each other, the group is settled: the
+    polish moves elsewhere first (GuideConfig.settled_penalty)."""
+    from tuner.space.load import space_from_dict
+    from tuner.study.guide import _key, _tried
+
+    space = space_from_dict(_TPOT_SPACE)  # a running cap of 1-64 and a memory fraction
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    # An 8B model leaves the H200's KV pool unfilled at 37 running either way.
+    for memory, throughput in ((0.80, 3850.0), (0.90, 3870.0)):
+        _tpot_trial(study, {"max_running_requests": 37, "mem_fraction_static": memory},
+                    throughput, -0.03)  # fmt: skip
+    _tpot_trial(study, {"max_running_requests": 64, "mem_fraction_static": 0.9}, 4900.0, 0.4)
+    trials = study.get_trials(deepcopy=False)
+    guide = Guide(space, _estimator(), GuideConfig(settled_penalty=25.0), seed=0)
+    guide._refit(trials)
+    settled = guide._settled(trials)
+    assert settled is not None
+    assert settled({"max_running_requests": 37, "mem_fraction_static": 0.95})
+    assert not settled({"max_running_requests": 40, "mem_fraction_static": 0.90})
+    tried = _tried(trials)
+    for _ in range(4):  # the polish's next proposals, each as if launched
+        params = guide._polish(study.get_trials(deepcopy=False), tried)
+        assert params is not None and params["max_running_requests"] != 37
+        tried.add(_key(params))
+    # Off, or measured further apart, nothing is settled.
+    off = Guide(space, _estimator(), seed=0)
+    off._refit(trials)
+    assert off._settled(trials) is None
+    apart = optuna.create_study(directions=["maximize", "minimize"])
+    for memory, throughput in ((0.80, 3650.0), (0.90, 3870.0)):
+        _tpot_trial(apart, {"max_running_requests": 37, "mem_fraction_static": memory},
+                    throughput, -0.03)  # fmt: skip
+    assert guide._settled(apart.get_trials(deepcopy=False)) is None
+
+
+def test_a_measured_trial_is_predicted_as_its_params_are():
+    """A trial records the flags it launched with, and a None choice passes no flag: the
+    estimate, whose fit reads each categorical choice from a trial's params (None too), once
+    predicted a no-draft configuration of the seed space 5.5% apart measured and untried. The
+    corrected estimate's expected gain, the stop rule's check, compared the two."""
+    from optuna.trial import create_trial
+
+    from tuner.host import read_host_facts
+    from tuner.study import StudyOptions, launch_target
+    from tuner.study.guide import GuideSettings, make_guide
+    from tuner.study.residuals import estimate_flags
+
+    space = load_space("qwen3.6-27b-mtp-hicache")
+    target = launch_target(space, StudyOptions(engine="sim"))
+    host = read_host_facts("sim", target.module, target.extra_args, space.model_path)
+    guide = make_guide(space, host, GuideSettings.of(StudyOptions(engine="sim", seed=0)))
+    assert guide is not None and guide.estimator is not None
+    base = {
+        "speculative_algorithm": None,
+        "mem_fraction_static": 0.87,
+        "enable_hierarchical_cache": False,
+        "mamba_radix_cache_strategy": "extra_buffer",
+        "max_running_requests": 16,
+        "chunked_prefill_size": 4096,
+    }
+    draft = {**base, "speculative_algorithm": "NEXTN", "speculative_num_steps": 3,
+             "speculative_eagle_topk": 1}  # fmt: skip
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    runs = [
+        (base, 200.0),
+        ({**base, "max_running_requests": 12}, 170.0),
+        (draft, 400.0),
+        ({**draft, "speculative_num_steps": 2}, 380.0),
+    ]
+    for params, throughput in runs:
+        flags = {k: v for k, v in guide._flags(params).items() if v is not None}
+        study.enqueue_trial(params)
+        trial = study.ask()
+        suggest_queued(trial, space)
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        frozen = study.trials[-1]
+        study.add_trial(
+            create_trial(
+                params=frozen.params,
+                distributions=frozen.distributions,
+                values=[throughput, 10.0],
+                user_attrs={
+                    record.OUTCOME: record.OUTCOME_OK,
+                    record.FLAGS: flags,
+                    record.METRICS: {"output_throughput": throughput, "median_tpot_ms": 20.0},
+                },
+            )
+        )
+    trials = [t for t in study.get_trials(deepcopy=False) if t.values]
+    guide._refit(trials)
+    estimator = guide.estimator
+    assert estimator.corrections.get(("speculative_algorithm", "None"))  # the fit has one
+    measured = trials[0]
+    assert None not in measured.user_attrs[record.FLAGS].values()
+    seen = estimator.expected(estimate_flags(measured, {}))
+    untried = estimator.expected(guide._flags(measured.params))
+    assert seen is not None and untried is not None
+    assert seen[0] == pytest.approx(untried[0])
+    # The recorded flags alone miss the None choice's correction.
+    recorded = estimator.expected(measured.user_attrs[record.FLAGS])
+    assert recorded is not None and recorded[0] != pytest.approx(untried[0])

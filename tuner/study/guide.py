@@ -55,7 +55,7 @@ from tuner.study.local_search import LocalSearch, LocalSearchConfig
 from tuner.study.moves import neutral
 from tuner.study.near_misses import remeasure_check, step_back_check
 from tuner.study.options import StudyOptions
-from tuner.study.residuals import ResidualModel
+from tuner.study.residuals import ResidualModel, estimate_flags
 from tuner.study.stopping import (
     BLIND_CHECK,
     EDGE_CHECK,
@@ -63,6 +63,7 @@ from tuner.study.stopping import (
     NEIGHBOUR_CHECK,
     VALLEY_CHECK,
     Outlook,
+    within,
 )
 from tuner.trial.identical import launches
 from tuner.trial.same_run import SameRunRules
@@ -142,6 +143,16 @@ class GuideConfig:
     # within the SLO and the median share rose above half. False: in closed and open loops
     # the best untried configuration is picked however it scores.
     fresh_picks: bool = False
+    # Configurations the refitted estimate cannot tell apart (`alike`: the same predicted
+    # figures and the same flags it does not read) form a *settled* group once two launches of
+    # it measured within `settled_tolerance` of each other in throughput and latency: the
+    # estimate sees nothing between them, and the study measured nothing either. A move of the
+    # polish into a settled group waits `settled_penalty` levels, and the corrected estimate's
+    # picks pass over such groups while it has others: seven HiCache ratios of one no-draft
+    # configuration, each measuring 223 tok/s, were launched in one study as noise handed
+    # the best trial from one ratio to the next (docs/quality.md). 0: off.
+    settled_penalty: float = 0.0
+    settled_tolerance: float = 0.03
 
 
 # Configurations whose flags the guide keeps: its candidates and climbs (a few thousand) with
@@ -262,6 +273,9 @@ class Guide:
         known = {(name, repr(t.params.get(name))) for t in measured for name in self._local.blind}
         pool = [p for p in pool if all(
             (name, repr(p[name])) in known for name in self._off_neutral(p))]  # fmt: skip
+        settled = self._settled(trials) if self.estimator is not None else None
+        if settled is not None:
+            pool = [p for p in pool if not settled(p)] or pool
         return self._residuals.best(pool, tried, self._known_runs(trials))
 
     def _known_runs(self, trials: list[FrozenTrial]) -> Callable[[Mapping[str, Any]], bool] | None:
@@ -406,7 +420,7 @@ class Guide:
         if params is None:
             return None
         # The best trial's own flags: sglang's defaults pass no tuned flag at all.
-        measured = self.estimator.score(best.user_attrs.get(record.FLAGS) or self._flags({}))
+        measured = self.estimator.score(estimate_flags(best, self._flags({})))
         expected = self.estimator.score(self._flags(params))
         if measured <= 0:
             return None  # the estimate cannot judge the configuration that is best
@@ -433,21 +447,57 @@ class Guide:
         (to 6 significant digits) and the values of the params it does not read; None for a
         trial it cannot predict. The stop rule counts a window trial alike to an earlier launch
         as no move (tuner/study/stopping.py)."""
+        if self.estimator is None or self.estimator.capacity:
+            return None
+        self._refit(study.get_trials(deepcopy=False))
+        sight = self._sight()
+        if sight is None:
+            return None
+        return lambda t: sight(t.params, estimate_flags(t, self._flags(t.params)))
+
+    def _sight(self) -> Callable[[Mapping[str, Any], Mapping[str, Any] | None], Hashable] | None:
+        """What the estimate, as last fitted, sees of a configuration (its params, and its flags
+        where a trial recorded them): the key `alike` groups trials by."""
         estimator = self.estimator
         if estimator is None or estimator.capacity:
             return None
-        self._refit(study.get_trials(deepcopy=False))
         blind = sorted(self._local.blind)
 
-        def seen(t: FrozenTrial) -> Hashable:
-            expected = estimator.expected(t.user_attrs.get(record.FLAGS) or self._flags(t.params))
+        def seen(params: Mapping[str, Any], flags: Mapping[str, Any] | None = None) -> Hashable:
+            expected = estimator.expected(dict(flags or self._flags(params)))
             if expected is None:
                 return None
             throughput, slos = expected
             predicted = tuple(f"{v:.6g}" for _k, v in sorted(slos.items()))
-            return f"{throughput:.6g}", predicted, tuple(repr(t.params.get(k)) for k in blind)
+            return f"{throughput:.6g}", predicted, tuple(repr(params.get(k)) for k in blind)
 
         return seen
+
+    def _settled(self, trials: list[FrozenTrial]) -> Callable[[Mapping[str, Any]], bool] | None:
+        """Whether a configuration falls in a settled group (`GuideConfig.settled_penalty`);
+        None while the study has none, or the estimate sees no groups. Call after `_refit`."""
+        sight = self._sight() if self.config.settled_penalty > 0 else None
+        if sight is None:
+            return None
+        tolerance = self.config.settled_tolerance
+        measured: dict[Hashable, list[tuple[float, float]]] = {}
+        settled: set[Hashable] = set()
+        for t in trials:
+            if t.state != TrialState.COMPLETE or not t.values or len(t.values) < 2:
+                continue
+            group = sight(t.params, None)  # as a proposal's params are seen, flags and all
+            if group is None:
+                continue
+            thr, lat = float(t.values[0]), float(t.values[1])
+            if any(
+                within(thr, o_thr, tolerance) and within(lat, o_lat, tolerance)
+                for o_thr, o_lat in measured.get(group, ())
+            ):
+                settled.add(group)
+            measured.setdefault(group, []).append((thr, lat))
+        if not settled:
+            return None
+        return lambda params: sight(params, None) in settled
 
     def queue_check(self, study: optuna.Study, outlook: Outlook) -> None:
         """Measure the configuration the estimate expects a gain from, before the study stops."""
@@ -583,6 +633,11 @@ class Guide:
                 estimator = self.estimator
                 rank = lambda params: estimator.score(self._flags(params))  # noqa: E731
             self._local.rank = rank
+            settled = self._settled(trials) if rank is not None else None
+            penalty = self.config.settled_penalty
+            self._local.wait = (
+                None if settled is None else (lambda params: penalty if settled(params) else 0.0)
+            )
             self._local.config = self.config.local_search
             return self._local.propose(trials, tried)
         feasible = [

@@ -265,6 +265,8 @@ class LocalSearch:
         self.rng = random.Random(seed)
         self.rank = rank  # an estimate's score of a configuration (higher is better), if any
         self.blind: frozenset[str] = frozenset()  # params that estimate does not read
+        # Levels a proposal waits on top of its own (the guide's `settled` groups), if any.
+        self.wait: Callable[[Params], float] | None = None
         self._trend: Trend | None = None
         # The most throughput any complete trial measured at each value of each number
         # (`_value_best`), for `known_low_penalty`: set once a proposal, read for every base.
@@ -326,6 +328,9 @@ class LocalSearch:
             options = self._from(base, scored, effects, tried)
         if not options:
             return None
+        wait = self.wait
+        if wait is not None:
+            options = [(level + wait(p), r, tie, p) for level, r, tie, p in options]
         return min(options, key=lambda o: o[:3])[3]
 
     def _branches(

@@ -45,6 +45,21 @@ from tuner.study.trend import Trend
 Params = dict[str, Any]
 
 
+def estimate_flags(trial: FrozenTrial, fallback: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The flags a launched trial ran with, as the estimate reads them: the recorded flags
+    (`fallback` where none were recorded), and each param the trial left at a None choice
+    (no draft: `speculative_algorithm` None). The recorded flags drop those, while the
+    estimate's fit reads every categorical choice, None too, from a trial's params
+    (tuner/predict/estimate.py `_features`), and so does its prediction of an untried
+    configuration's flags: without them, one configuration was predicted 5.5% apart measured
+    and untried (a no-draft configuration of the seed space's hybrid model), and that gap
+    went into the corrected estimate's expected gain."""
+    recorded = trial.user_attrs.get(record.FLAGS)
+    if not recorded:
+        return fallback
+    return {**{k: None for k, v in trial.params.items() if v is None}, **recorded}
+
+
 class ResidualModel:
     def __init__(
         self,
@@ -84,7 +99,7 @@ class ResidualModel:
         for t in trials:
             bound = self._bound(t)
             if bound is not None and record.DUPLICATE_OF not in t.user_attrs:
-                expected = self._expected(t.user_attrs.get(record.FLAGS) or self._flags(t.params))
+                expected = self._expected(estimate_flags(t, self._flags(t.params)))
                 if expected is not None and expected[0] > 0:
                     bound_rows.append(self._encoder.row(t.params)[:-1])
                     bound_targets.append(math.log(bound / expected[0]))
@@ -95,8 +110,7 @@ class ResidualModel:
                 continue
             metrics = t.user_attrs.get(record.METRICS) or {}
             measured = float(metrics.get("output_throughput") or 0.0)
-            flags = t.user_attrs.get(record.FLAGS) or self._flags(t.params)
-            expected = self._expected(flags)
+            expected = self._expected(estimate_flags(t, self._flags(t.params)))
             if measured <= 0 or expected is None or expected[0] <= 0:
                 continue
             values = [metrics.get(m) for m in self._metrics]

@@ -539,7 +539,7 @@ def _remeasured(
             continue
         thr, lat = float(t.values[0]), float(t.values[1])
         if i >= split and any(
-            _within(thr, o_thr, tolerance) and _within(lat, o_lat, tolerance)
+            within(thr, o_thr, tolerance) and within(lat, o_lat, tolerance)
             for o_thr, o_lat in seen.get(a, ())
         ):
             out.add(t.number)
@@ -547,7 +547,8 @@ def _remeasured(
     return out
 
 
-def _within(a: float, b: float, tolerance: float) -> bool:
+def within(a: float, b: float, tolerance: float) -> bool:
+    """Both positive, and `a` within `tolerance` (a share) of `b`."""
     return a > 0 and b > 0 and abs(a / b - 1) <= tolerance
 
 
