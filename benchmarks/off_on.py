@@ -109,8 +109,8 @@ TOGGLE names the change (`TOGGLES`):
   over it (tuner/study/guide.py `settled_penalty`; off: 0).
 - `none-choices`: a measured trial is predicted with the params it left at a None choice
   (no draft) among its recorded flags, as its params and an untried configuration's flags
-  are (tuner/study/residuals.py `estimate_flags`; off: its recorded flags alone, which drop
-  them, as before).
+  are (tuner/study/guide.py `none_choices`, tuner/study/residuals.py `estimate_flags`; off:
+  its recorded flags alone, which drop them).
 - `valley`: of trials one number apart that all miss the same SLO, the two beside the one
   that misses by least, when both miss by less than 10% of the limit with more than 3% more
   throughput than the best trial within the SLOs, have the number halfway tried at the edge
@@ -234,24 +234,6 @@ def _blind_checks(method: Any, on: bool) -> tuple[Any, AbstractContextManager[An
     return method, _patched(stopping, "COUNTED_CHECKS", frozenset(counted))
 
 
-def _none_choices(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
-    from contextlib import ExitStack
-
-    from tuner.results import record
-    from tuner.study import guide, residuals
-
-    if on:
-        return method, nullcontext()
-
-    def recorded(trial: Any, fallback: Any) -> Any:  # off: the recorded flags as they are
-        return trial.user_attrs.get(record.FLAGS) or fallback
-
-    stack = ExitStack()
-    stack.enter_context(_patched(residuals, "estimate_flags", recorded))
-    stack.enter_context(_patched(guide, "estimate_flags", recorded))
-    return method, stack
-
-
 def _stop_rule(
     field: str, off: Any, on: Any = None
 ) -> Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]:
@@ -323,7 +305,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "neighbour-checks": _guide_value("neighbour_checks", 0, 1),
     "pool-alike": _stop_rule("pool_alike", False, True),
     "settled": _guide_value("settled_penalty", 0.0, 25.0),
-    "none-choices": _none_choices,
+    "none-choices": _guide("none_choices"),
 }
 
 

@@ -655,9 +655,10 @@ def test_a_group_the_estimate_cannot_tell_apart_measured_alike_twice_is_settled(
 
 def test_a_measured_trial_is_predicted_as_its_params_are():
     """A trial records the flags it launched with, and a None choice passes no flag: the
-    estimate, whose fit reads each categorical choice from a trial's params (None too), once
-    predicted a no-draft configuration of the seed space 5.5% apart measured and untried. The
-    corrected estimate's expected gain, the stop rule's check, compared the two."""
+    estimate, whose fit reads each categorical choice from a trial's params (None too),
+    predicts a no-draft configuration of the seed space apart measured and untried, and the
+    corrected estimate's expected gain compares the two (GuideConfig.none_choices: measured
+    and left off)."""
     from optuna.trial import create_trial
 
     from tuner.host import read_host_facts
@@ -712,10 +713,10 @@ def test_a_measured_trial_is_predicted_as_its_params_are():
     assert estimator.corrections.get(("speculative_algorithm", "None"))  # the fit has one
     measured = trials[0]
     assert None not in measured.user_attrs[record.FLAGS].values()
-    seen = estimator.expected(estimate_flags(measured, {}))
+    seen = estimator.expected(estimate_flags(measured, {}, none_choices=True))
     untried = estimator.expected(guide._flags(measured.params))
     assert seen is not None and untried is not None
     assert seen[0] == pytest.approx(untried[0])
-    # The recorded flags alone miss the None choice's correction.
-    recorded = estimator.expected(measured.user_attrs[record.FLAGS])
+    # The recorded flags alone (GuideConfig.none_choices off) miss that choice's correction.
+    recorded = estimator.expected(estimate_flags(measured, {}))
     assert recorded is not None and recorded[0] != pytest.approx(untried[0])

@@ -45,18 +45,23 @@ from tuner.study.trend import Trend
 Params = dict[str, Any]
 
 
-def estimate_flags(trial: FrozenTrial, fallback: Mapping[str, Any]) -> Mapping[str, Any]:
+def estimate_flags(
+    trial: FrozenTrial, fallback: Mapping[str, Any], none_choices: bool = False
+) -> Mapping[str, Any]:
     """The flags a launched trial ran with, as the estimate reads them: the recorded flags
-    (`fallback` where none were recorded), and each param the trial left at a None choice
-    (no draft: `speculative_algorithm` None). The recorded flags drop those, while the
-    estimate's fit reads every categorical choice, None too, from a trial's params
+    (`fallback` where none were recorded), and with `none_choices` each param the trial left
+    at a None choice (no draft: `speculative_algorithm` None). The recorded flags drop those,
+    while the estimate's fit reads every categorical choice, None too, from a trial's params
     (tuner/predict/estimate.py `_features`), and so does its prediction of an untried
-    configuration's flags: without them, one configuration was predicted 5.5% apart measured
-    and untried (a no-draft configuration of the seed space's hybrid model), and that gap
-    went into the corrected estimate's expected gain."""
+    configuration's flags: without them, one configuration is predicted apart measured and
+    untried (5.5% for a no-draft configuration of the seed space's hybrid model, traced), and
+    the corrected estimate's expected gain counts that None choice's correction twice
+    (`GuideConfig.none_choices`)."""
     recorded = trial.user_attrs.get(record.FLAGS)
     if not recorded:
         return fallback
+    if not none_choices:
+        return recorded
     return {**{k: None for k, v in trial.params.items() if v is None}, **recorded}
 
 
@@ -67,8 +72,10 @@ class ResidualModel:
         estimator: Estimator | None,
         flags_of: Callable[[Mapping[str, Any]], dict[str, Any]],
         cut_bounds: bool = False,
+        none_choices: bool = False,
     ) -> None:
         self.space = space
+        self.none_choices = none_choices  # `estimate_flags`
         # Trials the front or the dominated cut stopped count for throughput at the most
         # their full run could have measured (record.throughput_bound).
         self.cut_bounds = cut_bounds
@@ -99,7 +106,7 @@ class ResidualModel:
         for t in trials:
             bound = self._bound(t)
             if bound is not None and record.DUPLICATE_OF not in t.user_attrs:
-                expected = self._expected(estimate_flags(t, self._flags(t.params)))
+                expected = self._measured_expected(t)
                 if expected is not None and expected[0] > 0:
                     bound_rows.append(self._encoder.row(t.params)[:-1])
                     bound_targets.append(math.log(bound / expected[0]))
@@ -110,7 +117,7 @@ class ResidualModel:
                 continue
             metrics = t.user_attrs.get(record.METRICS) or {}
             measured = float(metrics.get("output_throughput") or 0.0)
-            expected = self._expected(estimate_flags(t, self._flags(t.params)))
+            expected = self._measured_expected(t)
             if measured <= 0 or expected is None or expected[0] <= 0:
                 continue
             values = [metrics.get(m) for m in self._metrics]
@@ -134,6 +141,9 @@ class ResidualModel:
 
     def _bound(self, trial: FrozenTrial) -> float | None:
         return record.throughput_bound(trial) if self.cut_bounds else None
+
+    def _measured_expected(self, t: FrozenTrial) -> tuple[float, dict[str, float]] | None:
+        return self._expected(estimate_flags(t, self._flags(t.params), self.none_choices))
 
     def _expected(self, flags: Mapping[str, Any]) -> tuple[float, dict[str, float]] | None:
         if self.estimator is None:  # no estimate: the residual is the measured value's log
