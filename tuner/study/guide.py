@@ -150,7 +150,10 @@ class GuideConfig:
     # polish into a settled group waits `settled_penalty` levels, and the corrected estimate's
     # picks pass over such groups while it has others: seven HiCache ratios of one no-draft
     # configuration, each measuring 223 tok/s, were launched in one study as noise handed
-    # the best trial from one ratio to the next (docs/quality.md). 0: off.
+    # the best trial from one ratio to the next. Measured on five seeds of the three spaces
+    # with draft steps and left off (benchmarks/results/settled.md): no stopped study lost,
+    # slow constants' 3 s cell gained most, but that traced seed itself stopped on another
+    # configuration past the limit. 0: off (25 was measured: after every other move).
     settled_penalty: float = 0.0
     settled_tolerance: float = 0.03
     # A measured trial is predicted with the params it left at a None choice among its
@@ -158,10 +161,10 @@ class GuideConfig:
     # untried configuration's flags read them. Off, the corrected estimate's expected gain
     # counts that choice's correction twice: an untried no-draft configuration looked 5.5%
     # better than its measured twin in a traced seed-space study. Measured and left off
-    # (docs/quality.md): on, the stopped studies stop sooner and 7 of 240 keep less than 0.98
-    # of their full study's best against 4 (one seed 3 s study 0.000 again), and two cells'
-    # median shares pass half; the double count acts as an optimism the stop rule's expected
-    # gain should carry on purpose. False: the recorded flags alone, as before.
+    # (benchmarks/results/none_choices.md): on, the stopped studies stop sooner and 7 of 240
+    # keep less than 0.98 of their full study's best against 4 (one seed 3 s study 0.000
+    # again), and two cells' median shares pass half; the double count acts as an optimism
+    # the stop rule's expected gain should carry on purpose. False: the recorded flags alone.
     none_choices: bool = False
 
 
