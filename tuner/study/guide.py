@@ -153,7 +153,8 @@ class GuideConfig:
     # the best trial from one ratio to the next. Measured on five seeds of the three spaces
     # with draft steps and left off (benchmarks/results/settled.md): no stopped study lost,
     # slow constants' 3 s cell gained most, but that traced seed itself stopped on another
-    # configuration past the limit. 0: off (25 was measured: after every other move).
+    # configuration past the limit, and tpot-8b's worst stopped seeds kept less. 0: off (25
+    # was measured: after every other move).
     settled_penalty: float = 0.0
     settled_tolerance: float = 0.03
     # A measured trial is predicted with the params it left at a None choice among its
