@@ -291,7 +291,7 @@ class Guide:
         known = {(name, repr(t.params.get(name))) for t in measured for name in self._local.blind}
         pool = [p for p in pool if all(
             (name, repr(p[name])) in known for name in self._off_neutral(p))]  # fmt: skip
-        settled = self._settled(trials) if self.estimator is not None else None
+        settled = self._settled(trials)  # None without an estimate
         if settled is not None:
             pool = [p for p in pool if not settled(p)] or pool
         return self._residuals.best(pool, tried, self._known_runs(trials))
