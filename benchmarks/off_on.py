@@ -111,6 +111,10 @@ TOGGLE names the change (`TOGGLES`):
   (no draft) among its recorded flags, as its params and an untried configuration's flags
   are (tuner/study/guide.py `none_choices`, tuner/study/residuals.py `estimate_flags`; off:
   its recorded flags alone, which drop them).
+- `plug-in`: the corrected estimate's expected improvement counts from its own prediction of
+  the best trial within the SLOs, not that trial's measured figure (tuner/study/guide.py
+  `plug_in`, tuner/study/residuals.py `ResidualModel.plug_in`; off: the measured figure).
+- `plug-in-none`: `plug-in` and `none-choices` together, against neither.
 - `valley`: of trials one number apart that all miss the same SLO, the two beside the one
   that misses by least, when both miss by less than 10% of the limit with more than 3% more
   throughput than the best trial within the SLOs, have the number halfway tried at the edge
@@ -204,6 +208,17 @@ def _guide_value(
 
     def toggle(method: Any, is_on: bool) -> tuple[Any, AbstractContextManager[Any]]:
         return replace(method, guide=((field, on if is_on else off),)), nullcontext()
+
+    return toggle
+
+
+def _configs_guide(
+    *on: tuple[str, Any],
+) -> Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]:
+    """A toggle of several GuideConfig fields together: the defaults against `on`."""
+
+    def toggle(method: Any, is_on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+        return replace(method, guide=on if is_on else ()), nullcontext()
 
     return toggle
 
@@ -306,6 +321,8 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "pool-alike": _stop_rule("pool_alike", False, True),
     "settled": _guide_value("settled_penalty", 0.0, 25.0),
     "none-choices": _guide("none_choices"),
+    "plug-in": _guide("plug_in"),
+    "plug-in-none": _configs_guide(("none_choices", True), ("plug_in", True)),
 }
 
 

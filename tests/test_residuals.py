@@ -11,6 +11,7 @@ from tuner.engines.model_config import ModelMemory
 from tuner.predict.estimate import Calibration, Estimator
 from tuner.predict.gpu_specs import gpu_spec
 from tuner.results import record
+from tuner.results.goals import Slo
 from tuner.space.load import load_space
 from tuner.study.guide import complete_flags, random_params
 from tuner.study.moves import key
@@ -192,3 +193,50 @@ def test_an_explicitly_chosen_sampler_keeps_its_trials():
 
     assert GuideSettings.of(StudyOptions()).model
     assert not GuideSettings.of(StudyOptions(sampler="random")).model
+
+
+def test_plug_in_counts_from_the_predicted_best_not_a_lucky_launch(world):
+    """Twelve configurations measured as the estimate expects and one launch of the best 8%
+    above it (the noise's luck): with `plug_in` the expected improvement counts from the
+    corrected estimate's prediction of the best trial, below the lucky figure, so an untried
+    configuration's expected gain is larger than over the lucky figure itself."""
+    space, estimator, flags, measure = world
+    # A limit every configuration meets: the acquisition is the expected improvement alone.
+    loose = space.model_copy(update={"slos": [Slo("p99_ttft_ms", "<=", 1e9)]})
+    rng = random.Random(6)
+
+    def launched(params: dict, luck: float = 1.0) -> optuna.trial.FrozenTrial:
+        t = measure(params)
+        metrics = dict(t.user_attrs[record.METRICS])
+        metrics["output_throughput"] *= luck
+        within = optuna.trial.create_trial(
+            params=t.params,
+            distributions=t.distributions,
+            values=[metrics["output_throughput"], 10.0],
+            user_attrs={**t.user_attrs, record.METRICS: metrics},
+            system_attrs={"constraints": [-0.1, -0.1]},  # every SLO met
+        )
+        within.params = params
+        return within
+
+    measured = [random_params(space, rng) for _ in range(13)]
+    for params in measured:
+        params["schedule_policy"] = "fcfs"  # none boosted: the estimate is right everywhere
+    trials = [launched(p) for p in measured]
+    best = max(range(len(trials)), key=lambda i: trials[i].values[0])
+    trials[best] = launched(measured[best], 1.08)
+    pool = [random_params(space, rng) for _ in range(200)]
+    tried = {key(p) for p in measured}
+    gains = {}
+    for plug_in in (False, True):
+        model = ResidualModel(loose, estimator, flags, plug_in=plug_in)
+        model.fit(trials)
+        assert model._best is not None
+        if plug_in:
+            assert model._best < trials[best].values[0]
+        else:
+            assert model._best == trials[best].values[0]
+        found = model.best(pool, tried)
+        assert found is not None
+        gains[plug_in] = found[1]
+    assert gains[True] > gains[False]

@@ -73,9 +73,15 @@ class ResidualModel:
         flags_of: Callable[[Mapping[str, Any]], dict[str, Any]],
         cut_bounds: bool = False,
         none_choices: bool = False,
+        plug_in: bool = False,
     ) -> None:
         self.space = space
         self.none_choices = none_choices  # `estimate_flags`
+        # The expected improvement's incumbent: the corrected estimate's own prediction of the
+        # best SLO-feasible trial (the most any such trial is predicted at), not the most one
+        # measured. Noise lifts the best of many launches above what its configuration serves
+        # (the winner's curse), and an improvement over that lucky figure is expected too rarely.
+        self.plug_in = plug_in
         # Trials the front or the dominated cut stopped count for throughput at the most
         # their full run could have measured (record.throughput_bound).
         self.cut_bounds = cut_bounds
@@ -103,6 +109,7 @@ class ResidualModel:
         bound_rows: list[list[float]] = []
         bound_targets: list[float] = []
         best = None
+        feasible_rows: list[tuple[list[float], float]] = []  # (row, log of the estimate)
         for t in trials:
             bound = self._bound(t)
             if bound is not None and record.DUPLICATE_OF not in t.user_attrs:
@@ -130,6 +137,7 @@ class ResidualModel:
                 targets[m].append(math.log(float(v or 0.0) / expected[1][m]))
             if t.values and record.feasible(t.constraints):
                 best = max(best or 0.0, float(t.values[0]))
+                feasible_rows.append((rows[-1], math.log(expected[0])))
         self._best = best
         self._models = {}
         if len(rows) < 2:
@@ -138,6 +146,9 @@ class ResidualModel:
             more, more_y = (bound_rows, bound_targets) if name == "throughput" else ([], [])
             x = np.array(rows + more)
             self._models[name] = _gp(x, np.array(y + more_y), centred=self.estimator is None)
+        if self.plug_in and feasible_rows:
+            mu = self._models["throughput"].predict(np.array([r for r, _ in feasible_rows]))
+            self._best = max(math.exp(e + m) for (_, e), m in zip(feasible_rows, mu, strict=True))
 
     def _bound(self, trial: FrozenTrial) -> float | None:
         return record.throughput_bound(trial) if self.cut_bounds else None
