@@ -205,20 +205,17 @@ def _guide_value(
     field: str, off: Any, on: Any
 ) -> Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]:
     """A toggle of one GuideConfig field: `off` against `on`."""
-
-    def toggle(method: Any, is_on: bool) -> tuple[Any, AbstractContextManager[Any]]:
-        return replace(method, guide=((field, on if is_on else off),)), nullcontext()
-
-    return toggle
+    return _guide_fields(((field, off),), ((field, on),))
 
 
-def _configs_guide(
-    *on: tuple[str, Any],
+def _guide_fields(
+    off: tuple[tuple[str, Any], ...], on: tuple[tuple[str, Any], ...]
 ) -> Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]:
-    """A toggle of several GuideConfig fields together: the defaults against `on`."""
+    """A toggle of GuideConfig fields: the (field, value) pairs `off` against `on` (the rest
+    default)."""
 
     def toggle(method: Any, is_on: bool) -> tuple[Any, AbstractContextManager[Any]]:
-        return replace(method, guide=on if is_on else ()), nullcontext()
+        return replace(method, guide=on if is_on else off), nullcontext()
 
     return toggle
 
@@ -322,7 +319,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "settled": _guide_value("settled_penalty", 0.0, 25.0),
     "none-choices": _guide("none_choices"),
     "plug-in": _guide("plug_in"),
-    "plug-in-none": _configs_guide(("none_choices", True), ("plug_in", True)),
+    "plug-in-none": _guide_fields((), (("none_choices", True), ("plug_in", True))),
 }
 
 
