@@ -43,8 +43,17 @@ def test_each_simulated_model_ships_a_config_json_that_agrees_with_its_profile(n
     # the simulator's own reading of the same file gives the same shape
     derived = model_from_hf_config(directory)
     assert derived.weight_bytes == pytest.approx(memory.weight_bytes, rel=1e-3)
-    for field in ("full_attention_layers", "linear_attention_layers", "num_kv_heads", "head_dim"):
+    for field in (
+        "full_attention_layers",
+        "linear_attention_layers",
+        "num_kv_heads",
+        "head_dim",
+        "experts",
+        "experts_per_token",
+    ):
         assert getattr(derived, field) == getattr(profile, field), field
+    assert derived.expert_bytes == pytest.approx(profile.expert_bytes, rel=1e-3)
+    assert derived.decode_weight_bytes == pytest.approx(profile.decode_weight_bytes, rel=2e-2)
 
 
 def test_qwen3_6_weights_are_the_target_model_without_the_mtp_layer():

@@ -17,6 +17,7 @@ from tuner.sim.args import parse_args
 from tuner.sim.config import resolve, resolve_with
 from tuner.sim.effects import (
     AcceptanceShape,
+    ExpertRouting,
     HicacheTransfer,
     SchedulerCpu,
     anchored_first,
@@ -41,7 +42,11 @@ EFFECTS_OFF = {
             )
         }
     },
-    "model": {"effects": {"acceptance": {"strength": 0}, "graph_memory": {"strength": 0}}},
+    "model": {
+        "effects": {
+            name: {"strength": 0} for name in ("acceptance", "graph_memory", "expert_routing")
+        }
+    },
 }
 
 
@@ -79,6 +84,36 @@ def test_all_effects_at_strength_0_reproduce_the_simulator_without_them(tmp_path
     assert mtp.accept_length == pytest.approx(3.3427638737758434, rel=1e-12)
     # and on: slower in each case (the effects cost time on these shapes)
     assert predict([], rnd, concurrency=4, warmup_requests=2).output_throughput < 95.7
+
+
+def test_expert_routing_counts_the_experts_a_batch_touches():
+    uniform = ExpertRouting()
+    assert uniform.touched(128, 8, 1) == 8.0
+    # two tokens: 128 x (1 - (1 - 8/128)^2) experts in expectation
+    assert uniform.touched(128, 8, 2) == pytest.approx(128 * (1 - (15 / 16) ** 2))
+    assert uniform.touched(128, 8, 10_000) == pytest.approx(128.0)
+    skewed = ExpertRouting(skew=1.0)
+    assert 8.0 < skewed.touched(128, 8, 16) < uniform.touched(128, 8, 16)
+    assert ExpertRouting(strength=0.0).touched(128, 8, 64) == 8.0
+    assert uniform.touched(0, 0, 64) == 0.0  # a dense model has none
+
+
+def test_a_mixture_of_experts_step_reads_more_weights_with_a_larger_batch():
+    argv = ["--sim-model", "qwen3-30b-a3b", "--sim-hardware", "h100-sxm"]
+    perf, config, _ = perf_of(argv)
+    off, _, _ = perf_of(argv, model={"expert_routing": {"strength": 0}})
+    skewed, _, _ = perf_of(argv, model={"expert_routing": {"skew": 1.0}})
+    assert perf.weights_read(1) == perf.decode_weight_bytes == off.weights_read(64)
+    assert perf.weights_read(1) < skewed.weights_read(16) < perf.weights_read(16)
+    # a long prefill chunk touches every expert: all the weights but the input embedding
+    embedding = config.model.vocab_size * config.model.hidden_size * 2
+    assert perf.weights_read(8192) == pytest.approx(config.model.weight_bytes - embedding, rel=1e-3)
+    # decode: a memory-bound step grows with the batch where the routed reads do
+    grown = perf.decode_step(16, 16 * 1024) / perf.decode_step(1, 1024)
+    flat = off.decode_step(16, 16 * 1024) / off.decode_step(1, 1024)
+    assert grown > 3.0 and flat < 1.5
+    dense, _, _ = perf_of(["--sim-model", "qwen3-8b", "--sim-hardware", "h100-sxm"])
+    assert dense.weights_read(64) == dense.decode_weight_bytes
 
 
 def test_capture_sizes_are_sglangs_lists_clamped_to_the_request_pool():

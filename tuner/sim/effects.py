@@ -20,6 +20,7 @@ says so.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -200,9 +201,43 @@ class GraphMemory:
 
 
 @dataclass(frozen=True)
+class ExpertRouting:
+    """A mixture-of-experts forward reads the weights of every expert one of its tokens is
+    routed to, not of ``experts_per_token`` experts: one decode token reads k of E experts per
+    layer, a batch of n tokens the union of theirs. With expert i chosen by a token with
+    probability q_i = min(1, k x p_i), n independent tokens touch sum_i 1 - (1 - q_i)^n experts
+    per layer in expectation (the coupon collector's count; at n = 1 it is k when p is uniform).
+
+    ``skew``: expert popularity p_i proportional to (i + 1)^-skew (0: uniform routing, every
+    expert as likely; a router trained with a load-balancing loss is near it, a skewed one
+    touches fewer experts at the same batch). No public per-expert load curve is in
+    docs/reality.md, so the default is uniform. ``strength`` 0: every forward reads exactly k
+    experts per layer (the model before this effect).
+    """
+
+    skew: float = 0.0
+    strength: float = 1.0
+
+    def touched(self, experts: int, per_token: int, tokens: float) -> float:
+        """Expected distinct experts a forward of ``tokens`` tokens reads, per MoE layer."""
+        return _touched(self, experts, per_token, round(tokens))
+
+
+@functools.lru_cache(maxsize=8192)
+def _touched(routing: ExpertRouting, experts: int, per_token: int, tokens: int) -> float:
+    if experts <= 0 or tokens <= 1:
+        return float(min(per_token, experts))
+    popularity = np.arange(1, experts + 1, dtype=float) ** -routing.skew
+    chosen = np.minimum(1.0, per_token * popularity / popularity.sum())
+    union = float(np.sum(1.0 - (1.0 - chosen) ** tokens))
+    return _scaled(union, routing.strength, float(per_token))
+
+
+@dataclass(frozen=True)
 class ModelEffects:
     acceptance: AcceptanceShape = field(default_factory=AcceptanceShape)
     graph_memory: GraphMemory = field(default_factory=GraphMemory)
+    expert_routing: ExpertRouting = field(default_factory=ExpertRouting)
 
 
 _NESTED: dict[type, dict[str, type]] = {
@@ -214,7 +249,11 @@ _NESTED: dict[type, dict[str, type]] = {
         "scheduler_cpu": SchedulerCpu,
         "hicache_transfer": HicacheTransfer,
     },
-    ModelEffects: {"acceptance": AcceptanceShape, "graph_memory": GraphMemory},
+    ModelEffects: {
+        "acceptance": AcceptanceShape,
+        "graph_memory": GraphMemory,
+        "expert_routing": ExpertRouting,
+    },
 }
 
 

@@ -22,12 +22,13 @@ Pure functions of the configuration, so the scheduler and the oracle agree by co
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from tuner.sim.config import SimConfig
 from tuner.sim.effects import (
+    ExpertRouting,
     GemmEfficiency,
     HicacheTransfer,
     SchedulerCpu,
@@ -94,10 +95,24 @@ class PerfModel:
     accept_first: float  # acceptance of the first draft position (anchored, see effects)
     accept_decay: float
     accept_spread: float
+    # mixture of experts (0 experts: a dense model): a forward reads the experts its tokens touch
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_bytes: float = 0.0
+    routing: ExpertRouting = field(default_factory=ExpertRouting)
 
     @property
     def speculative(self) -> bool:
         return self.spec_draft_tokens > 0
+
+    def weights_read(self, tokens: float) -> float:
+        """Weight bytes a forward of ``tokens`` tokens streams: all of a dense model's; of a
+        mixture of experts, the experts its tokens are routed to (ExpertRouting) instead of the
+        ``experts_per_token`` that decode_weight_bytes counts."""
+        if not self.experts:
+            return self.decode_weight_bytes
+        touched = self.routing.touched(self.experts, self.experts_per_token, tokens)
+        return self.decode_weight_bytes + (touched - self.experts_per_token) * self.expert_bytes
 
     def padded(self, batch: int) -> float:
         """Rows a batch of ``batch`` requests costs in the GEMMs: padded to the next captured
@@ -147,7 +162,7 @@ class PerfModel:
     def decode_step(self, batch: int, context_tokens: int) -> float:
         """One plain decode step for ``batch`` requests holding ``context_tokens`` in total."""
         bytes_read = (
-            self.decode_weight_bytes
+            self.weights_read(batch)
             + batch * self.state_rw_bytes / self.state_efficiency
             + context_tokens * self.kv_bytes_per_token / self.kv_efficiency
         )
@@ -164,7 +179,7 @@ class PerfModel:
         else:
             n_steps, d = steps, steps + 1
         verify_bytes = (
-            self.decode_weight_bytes
+            self.weights_read(batch * d)
             + batch * self.state_rw_bytes / self.state_efficiency
             + batch * d * self.intermediate_bytes_per_token / self.state_efficiency
             + context_tokens * self.kv_bytes_per_token / self.kv_efficiency
@@ -209,7 +224,7 @@ class PerfModel:
         ``attn_pairs``: sum over requests of (new x prefix + new^2 / 2), the attention work.
         """
         bytes_read = (
-            self.decode_weight_bytes
+            self.weights_read(new_tokens)
             + new_tokens * self.kv_bytes_per_token
             + requests * self.state_rw_bytes
         )
@@ -342,4 +357,8 @@ def build_perf_model(config: SimConfig, plan: MemoryPlan) -> PerfModel:
         accept_first=anchored_first(alpha, shape) if spec is not None else 0.0,
         accept_decay=shape.effective_decay,
         accept_spread=shape.effective_spread,
+        experts=model.experts,
+        experts_per_token=model.experts_per_token,
+        expert_bytes=model.expert_bytes,
+        routing=model.effects.expert_routing,
     )

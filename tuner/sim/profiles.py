@@ -113,6 +113,11 @@ class ModelProfile:
     # per-token acceptance (flat-chain equivalent, see effects.AcceptanceShape) of draft models
     # by algorithm; others fall back to perf.DRAFT_MODEL_ACCEPTANCE
     draft_acceptance: dict[str, float] = field(default_factory=dict)
+    # mixture of experts: routed experts, how many each token uses, and the bf16 bytes of one
+    # expert summed over the layers (decode_weight_bytes counts experts_per_token of them)
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_bytes: float = 0.0
 
     def kv_bytes_per_token(self, kv_dtype_bytes: int | None = None) -> int:
         """Full-attention K and V bytes one token occupies in the KV pool."""
@@ -236,6 +241,7 @@ def _model_from_dict(data: dict[str, Any], source: str) -> ModelProfile:
         "active_params",
         "activation_bytes_per_token",
         "cuda_graph_bytes_per_bs",
+        "expert_bytes",
     ):
         if key in data:
             data[key] = float(data[key])
@@ -500,4 +506,7 @@ def model_from_hf_config(model_dir: str | Path) -> ModelProfile:
         activation_bytes_per_token=float(hidden * 2 * 12 + ffn * 2 * 3),
         cuda_graph_bytes_per_bs=float(1e6 + layers * 4e4),
         mtp=mtp,
+        experts=experts,
+        experts_per_token=max(active_experts, 1) if experts else 0,
+        expert_bytes=float(layers * 3 * hidden * moe_ffn * 2) if experts else 0.0,
     )
