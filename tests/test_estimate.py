@@ -171,3 +171,38 @@ def test_the_guide_finds_the_estimates_corner_that_random_candidates_miss():
     best_random = max(est.score(guide._flags(p)) for p in pool)
     assert est.score(guide._flags(pick)) >= best_random
     assert pick["max_running_requests"] == 64  # the client count: nobody waits for a slot
+
+
+def test_a_mixture_of_experts_reads_the_experts_its_batch_is_routed_to():
+    from tuner.engines.model_config import read_config
+    from tuner.predict.estimate import weights_read
+    from tuner.sim.profiles import model_config_dir
+
+    directory = model_config_dir("qwen3-30b-a3b")
+    assert directory is not None
+    moe = ModelMemory.from_hf_config(read_config(directory))  # Qwen3-30B-A3B's public config
+    assert (moe.experts, moe.experts_per_token) == (128, 8)
+    assert moe.expert_bytes == 48 * 3 * 2048 * 768 * 2  # gate, up, down in every layer, bf16
+    # one token reads 8 experts of 128 per layer: 6.6 of the 61 GB (3.0e9 active parameters
+    # and the input embedding); two tokens 128 x (1 - (15/16)^2) = 15.5 experts
+    one = weights_read(moe, 1)
+    assert one == pytest.approx(moe.weight_bytes - 120 * moe.expert_bytes)
+    assert 6.0e9 < one < 7.0e9 and moe.weight_bytes > 60e9
+    assert weights_read(moe, 2) - one == pytest.approx(7.5 * moe.expert_bytes)
+    assert weights_read(moe, 8192) == pytest.approx(moe.weight_bytes)
+    assert weights_read(MODEL, 64) == MODEL.weight_bytes  # a dense model reads all at once
+    # so the estimate's decode step grows with the batch where a dense model's hardly does
+    space = load_space("qwen3-8b-h200")
+    gpu = gpu_spec("NVIDIA H200")
+    assert gpu is not None
+    dense = replace(moe, experts=0, experts_per_token=0, expert_bytes=0.0)
+    moe_est, dense_est = (Estimator(space, m, gpu, 150.0) for m in (moe, dense))
+    assert moe_est.params == pytest.approx(one / 2)
+    tpot = {
+        (name, cap): est.predict({"max_running_requests": cap}).tpot_ms
+        for name, est in (("moe", moe_est), ("dense", dense_est))
+        for cap in (1, 16)
+    }
+    assert tpot["moe", 16] > 3 * tpot["moe", 1]
+    assert tpot["dense", 16] < 1.5 * tpot["dense", 1]
+    assert tpot["moe", 1] < 0.3 * tpot["dense", 1]

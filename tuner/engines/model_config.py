@@ -61,6 +61,11 @@ class ModelMemory:
     # sliding window, no compressed (MLA) KV. sglang sizes the pools of those other kinds partly
     # by --max-running-requests; False when unsure (tuner/trial/same_run.py relies on it).
     full_attention_only: bool = False
+    # A mixture of experts: routed experts per layer, how many each token uses, and the bytes of
+    # one routed expert summed over the layers (weight_bytes holds all of them); 0 when dense.
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_bytes: float = 0.0
 
     @property
     def hybrid(self) -> bool:
@@ -261,7 +266,25 @@ def _memory_from_config(
         draft_bytes=float(params["mtp"] * dtype_bytes),
         draft_kv_bytes_per_token=float(mtp_layers * per_layer_kv),
         full_attention_only=not linear and not _windowed(cfg) and "kv_lora_rank" not in cfg,
+        **_experts(cfg, dtype_bytes),
     )
+
+
+def _experts(cfg: Mapping[str, Any], dtype_bytes: int) -> dict[str, Any]:
+    """The routed experts of a mixture of experts, as `parameter_counts` counts them (every
+    layer's MLP routed, gate / up / down of moe_intermediate_size each); {} for a dense model."""
+    experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
+    if not experts:
+        return {}
+    hidden = int(cfg["hidden_size"])
+    moe_ffn = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 4 * hidden)
+    per_token = int(cfg.get("num_experts_per_tok") or 1)
+    layers = int(cfg["num_hidden_layers"])
+    return {
+        "experts": experts,
+        "experts_per_token": min(per_token, experts),
+        "expert_bytes": float(layers * 3 * hidden * moe_ffn * dtype_bytes),
+    }
 
 
 def _windowed(cfg: Mapping[str, Any]) -> bool:

@@ -25,6 +25,7 @@ The model (a closed loop of C clients; `running` requests decode together, the o
 
     step      = max(bytes read / (bandwidth x fraction), flops / (peak x fraction)) + overhead
     bytes     = weights + running x context x KV bytes per token (+ the draft's per draft step)
+                (a mixture of experts: the experts its tokens are routed to, `weights_read`)
     accepted  = 1 + p1 + p1 p2 + ... over the draft steps (speculation)
     prefill   = uncached prompt tokens x 2 x params / (peak x prefill fraction), per request,
                 + hits beyond the device pool loaded from host memory (HiCache)
@@ -85,6 +86,18 @@ def _spare_states(flags: Mapping[str, Any], slots: int, running: int) -> float:
     if flags.get("enable_hierarchical_cache"):
         spare *= 1.0 + float(flags.get("hicache_ratio") or 2.0)
     return spare
+
+
+def weights_read(model: ModelMemory, tokens: float) -> float:
+    """Weight bytes a forward of `tokens` tokens streams: all of a dense model's; of a mixture
+    of experts, the experts its tokens are routed to besides the rest. With routing uniform
+    over E experts, k per token, n tokens leave an expert unused with probability
+    (1 - k / E)^n, so they touch E (1 - (1 - k / E)^n) experts per layer in expectation."""
+    if not model.experts:
+        return model.weight_bytes
+    experts, per_token = model.experts, model.experts_per_token
+    touched = experts * (1.0 - (1.0 - per_token / experts) ** max(tokens, 1.0))
+    return model.weight_bytes - (experts - touched) * model.expert_bytes
 
 
 @functools.cache
@@ -209,7 +222,9 @@ class Estimator:
         self.bias = fixed or Calibration(1.0, 1.0, 1.0, 1.0)
         self.clients = int(space.bench.concurrency or 64)
         self.shape = WorkloadShape.of(space.workload, self.clients)
-        self.params = model.weight_bytes / 2.0  # bf16 weights: bytes / 2
+        # The parameters one token's forward multiplies by (bf16 weights: bytes / 2); of a
+        # mixture of experts, its experts_per_token routed experts and the rest.
+        self.params = weights_read(model, 1) / 2.0
         self._memory_cache: dict[tuple[Any, ...], Any] = {}
         # Learned per categorical value: log of measured / predicted throughput, shrunk to 0.
         self.corrections: dict[tuple[str, str], float] = {}
@@ -279,8 +294,9 @@ class Estimator:
         chunk = float(flags.get("chunked_prefill_size") or DEFAULT_CHUNK)
         chunks = math.ceil(new_tokens / chunk)
         weights = self.model.weight_bytes
+        chunk_weights = weights_read(self.model, min(new_tokens, chunk))
         overhead = cal.step_overhead_s * (bias.step_overhead_s or 1.0)
-        prefill_s = max(new_tokens * 2 * self.params / peak, chunks * weights / bw) + (
+        prefill_s = max(new_tokens * 2 * self.params / peak, chunks * chunk_weights / bw) + (
             chunks * overhead
         )
         if hicache and hit_tokens > 0:
@@ -304,7 +320,8 @@ class Estimator:
         def step_at(batch: float) -> float:
             """One decode step with `batch` requests running (the draft's part is fixed)."""
             flops = batch * draft * 2 * self.params
-            return max((weights + batch * kv_per_request) / bw, flops / peak) + overhead + draft_s
+            read = weights_read(self.model, batch * draft) + batch * kv_per_request
+            return max(read / bw, flops / peak) + overhead + draft_s
 
         step_s = step_at(running)
         decode_s = shape.output / accepted * step_s
@@ -329,7 +346,8 @@ class Estimator:
         ttft_ms = 1000 * (prefill_s + step_s)
         burst_tokens = self._burst_tokens(flags, running, kept, chunk)
         burst_ms = 1000 * max(
-            burst_tokens * 2 * self.params / peak, math.ceil(burst_tokens / chunk) * weights / bw
+            burst_tokens * 2 * self.params / peak,
+            math.ceil(burst_tokens / chunk) * weights_read(self.model, chunk) / bw,
         )
         # The clients start together, so the running requests finish in waves: a request that
         # finds every slot taken waits for whole turns of the running batch, not a share of one.
