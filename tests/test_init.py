@@ -4,6 +4,7 @@ params that apply, and run on the simulator; the errors a user meets first."""
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -15,10 +16,12 @@ from typer.testing import CliRunner
 
 from tuner.cli import app
 from tuner.errors import UserError
+from tuner.host import read_host_facts
 from tuner.init.command import write_space
 from tuner.init.facts import meminfo_available_gb, read_gpu, read_host
 from tuner.init.write import InitRequest
 from tuner.space.load import load_space
+from tuner.study import launch_target
 from tuner.study.loop import run_study
 from tuner.study.options import StudyOptions
 from tuner.study.run import resolve_run
@@ -336,3 +339,28 @@ def test_a_workload_is_shortened_to_fit_the_models_context(tmp_path):
     (model / "config.json").write_text(json.dumps({**PHI3, "max_position_embeddings": 384}))
     with pytest.raises(UserError, match="context \\(384 tokens"):
         _init(tmp_path / "tiny", model, "l40s", "rag")
+
+
+def test_a_relative_model_directory_is_written_as_an_absolute_path(tmp_path, monkeypatch, caplog):
+    """sglang and the simulator read --model-path from their working directory: a space that
+    kept `models/x` would serve another model (the simulator: its default) when run elsewhere."""
+    models = tmp_path / "models" / "mixtral-8x7b"
+    models.mkdir(parents=True)
+    (models / "config.json").write_text((TEST_MODELS / "mixtral-8x7b" / "config.json").read_text())
+    monkeypatch.chdir(tmp_path)
+    path = _init(tmp_path, "models/mixtral-8x7b", "h200", "rag")
+    space = load_space(path)
+    assert space.model_path == str(models.resolve())
+    # Run from another directory, the simulator still serves Mixtral, not its default model.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    target = launch_target(space, StudyOptions(engine="sim"))
+    with caplog.at_level(logging.WARNING):
+        host = read_host_facts("sim", target.module, target.extra_args, space.model_path)
+        assert host.model is not None and host.model.experts == 8
+        assert not caplog.records
+        # the relative path as such would not: the tuner says so
+        default = read_host_facts("sim", target.module, target.extra_args, "models/mixtral-8x7b")
+    assert default.model is not None and default.model.experts == 0
+    assert "serves its default, qwen3.6-27b" in caplog.text

@@ -19,6 +19,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tuner.engines.model_config import (
@@ -57,6 +58,15 @@ def read_host_facts(
     if engine == "sim":
         described = describe_simulator(module, extra_args, model_path)
         config_dir = described.get("model_config_dir")
+        if model_path and config_dir and "--sim-model" not in extra_args:
+            local = Path(model_path).expanduser()
+            if not (local / "config.json").is_file():
+                _log.warning(
+                    f"the simulator has no model {model_path!r} (no config.json there, and the "
+                    f"space names no sim: model), so it serves its default, "
+                    f"{Path(str(config_dir)).name}: give a directory holding the model's "
+                    "config.json, or sim: {model: NAME}"
+                )
         name = described.get("gpu_name")
         memory = gpu_memory_gb or described.get("gpu_memory_gb")
         gpu = (str(name) if name else None, float(memory) if memory else None)

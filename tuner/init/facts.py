@@ -69,6 +69,16 @@ class HostFacts:
     source: str
 
 
+def _anchored(model_path: str) -> str:
+    """A relative local directory as an absolute path, so that the space works from any
+    directory (sglang and the simulator read --model-path from their working directory); a hub
+    id, an absolute path and a ~ path as given."""
+    local = Path(model_path)
+    if model_path.startswith("~") or local.is_absolute() or not (local / "config.json").is_file():
+        return model_path
+    return str(local.resolve())
+
+
 def read_model(model_path: str) -> ModelFacts:
     """The model's shape from its config.json; a one-line UserError when it is not here."""
     config_dir = find_config_dir(model_path)
@@ -93,7 +103,7 @@ def read_model(model_path: str) -> ModelFacts:
     )
     architectures = config.get("architectures") or cfg.get("architectures") or ["unknown"]
     return ModelFacts(
-        model_path=model_path,
+        model_path=_anchored(model_path),
         config_dir=config_dir,
         memory=memory,
         architecture=str(architectures[0]),
