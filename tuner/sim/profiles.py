@@ -508,5 +508,5 @@ def model_from_hf_config(model_dir: str | Path) -> ModelProfile:
         mtp=mtp,
         experts=experts,
         experts_per_token=max(active_experts, 1) if experts else 0,
-        expert_bytes=float(layers * 3 * hidden * moe_ffn * 2) if experts else 0.0,
+        expert_bytes=layers * mlp_total / experts * 2.0 if experts else 0.0,
     )
