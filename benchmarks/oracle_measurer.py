@@ -32,7 +32,8 @@ GPU time model (modelled seconds the GPU is held; `GpuTimeModel`, stated assumpt
   from local NVMe and copied over PCIe at an effective 1.0 GB/s, a cold-page-cache safetensors
   load; the seed 27B model's 55.5 GB take 55 s) + CUDA graph capture (30 s, twice that with
   speculative decoding, which captures draft and verify graphs too): 105 s without and 137 s
-  with speculation for the seed model, i.e. about two minutes;
+  with speculation for the seed model, i.e. about two minutes; a tensor-parallel server's GPUs
+  each load their share at that rate, at once, and its GPU time counts every GPU it holds;
 - a crashed launch costs what it ran before dying, by where sglang fails: an argument error
   5 s (argparse), a ServerArgs rule 20 s (before any weight is read), "Not enough memory" and
   pool-sizing rules (HiCache host pool) after the weights load (75 s), a CUDA graph capture
@@ -127,10 +128,11 @@ class TrialCost:
     failure_class: str | None = None
     stages_run: int = 0
     pruned: bool = False
+    gpus: int = 1  # a tensor-parallel server holds --tp-size GPUs for all of it
 
     @property
     def gpu_s(self) -> float:
-        return self.launch_s + self.bench_s
+        return (self.launch_s + self.bench_s) * self.gpus
 
 
 def sim_extra_args(space: SearchSpace) -> list[str]:
@@ -291,10 +293,18 @@ class OracleMeasurer:
     def __post_init__(self) -> None:
         if self.oracle is None:
             self.oracle = OracleCache(self.space)
-        model = load_model((self.space.sim or {}).get("model"))
-        self._weight_bytes = model.weight_bytes
+        # the model the simulator serves: the space's sim: model, else the checkpoint's
+        # config.json at model_path (as `tuner.sim.config.resolve` finds it)
+        named = (self.space.sim or {}).get("model")
+        path = self.space.model_path
+        if not named and path and (Path(path) / "config.json").is_file():
+            named = path
+        model = load_model(named)
+        # a tensor-parallel server's GPUs load their shares of the weights at once
+        self._tp = max(1, int(self.space.fixed_flags.get("tp_size") or 1))
+        self._weight_bytes = model.weight_bytes / self._tp
         self._measured: dict[int, int] = {}  # configuration -> measurements (`_noise_key`)
-        self._draft_bytes = model.mtp.head_bytes if model.mtp else 0.0
+        self._draft_bytes = (model.mtp.head_bytes if model.mtp else 0.0) / self._tp
 
     def _noise_key(self, number: int, server_args: list[str]) -> list[int]:
         """The noise draw's seed: (seed, trial number); with `BENCH_NOISE=config`, (seed, the
@@ -320,7 +330,7 @@ class OracleMeasurer:
         r = self.oracle(server_args)
         speculative = "--speculative-algorithm" in server_args
         weights = self._weights(speculative)
-        cost = TrialCost()
+        cost = TrialCost(gpus=self._tp)
         self.costs[number] = cost
         if not r.launch_ok:
             failure_class, message = engine.classify_failure(r.failure or "", 1)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +66,46 @@ class ModelMemory:
     experts: int = 0
     experts_per_token: int = 0
     expert_bytes: float = 0.0
+    # The shape tensor parallelism splits: attention and KV heads (0: unknown, not split), and
+    # what each layer's all-reduces carry (hidden size x dtype bytes per token; 0: unknown).
+    attention_heads: int = 0
+    kv_heads: int = 0
+    layers: int = 0
+    hidden_bytes: float = 0.0
 
     @property
     def hybrid(self) -> bool:
         return self.state_bytes_per_request > 0
+
+    def sharded(self, tp: int) -> ModelMemory:
+        """One of `tp` tensor-parallel GPUs' share: weights, experts and recurrent state split
+        `tp` ways, the KV heads too but at least one a GPU (sglang keeps a copy of each on
+        several GPUs when there are fewer KV heads than GPUs: 0.5.23 `models/llama.py`
+        183-194, `configs/model_config.py` `get_num_kv_heads`)."""
+        if tp <= 1:
+            return self
+        kv_share = max(1, self.kv_heads // tp) / self.kv_heads if self.kv_heads else 1 / tp
+        return replace(
+            self,
+            weight_bytes=self.weight_bytes / tp,
+            kv_bytes_per_token=self.kv_bytes_per_token * kv_share,
+            state_bytes_per_request=self.state_bytes_per_request / tp,
+            draft_bytes=self.draft_bytes / tp,
+            draft_kv_bytes_per_token=self.draft_kv_bytes_per_token * kv_share,
+            expert_bytes=self.expert_bytes / tp,
+        )
+
+    def tensor_parallel_problem(self, tp: int) -> str | None:
+        """Why sglang would refuse to split this model's heads over `tp` GPUs (its asserts in
+        0.5.23 `models/llama.py` 183-193); None when it can, or when the heads are unknown."""
+        heads, kv = self.attention_heads, self.kv_heads
+        if tp <= 1 or not heads:
+            return None
+        if heads % tp:
+            return f"its {heads} attention heads do not divide over --tp-size {tp}"
+        if kv and ((kv >= tp and kv % tp) or (kv < tp and tp % kv)):
+            return f"its {kv} KV heads and --tp-size {tp} do not divide one another"
+        return None
 
     @classmethod
     def from_hf_config(
@@ -267,6 +303,10 @@ def _memory_from_config(
         draft_kv_bytes_per_token=float(mtp_layers * per_layer_kv),
         full_attention_only=not linear and not _windowed(cfg) and "kv_lora_rank" not in cfg,
         **_experts(cfg, dtype_bytes),
+        attention_heads=heads,
+        kv_heads=kv_heads,
+        layers=int(cfg["num_hidden_layers"]),
+        hidden_bytes=float(int(cfg["hidden_size"]) * dtype_bytes),
     )
 
 

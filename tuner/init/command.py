@@ -23,7 +23,7 @@ def write_space(request: InitRequest, out: Path | None, force: bool = False) -> 
     from tuner.space.load import load_space
 
     model = read_model(request.model_path)
-    gpu = read_gpu(request.gpu, request.gpu_memory_gb)
+    gpu = read_gpu(request.gpu, request.gpu_memory_gb, request.tp_size)
     host = read_host(gpu, request.host_ram_gb)
     version, version_source = sglang_version(request.sglang_version)
     text = space_text(request, model, gpu, host, version, version_source)
@@ -62,6 +62,9 @@ def init_command(
     host_ram_gb: float | None = typer.Option(
         None, "--host-ram-gb", help="Host RAM for HiCache (default: /proc/meminfo)."
     ),
+    tp_size: int = typer.Option(
+        1, "--tp-size", min=1, help="GPUs one server spans (tensor parallelism), e.g. 4 for a 70B."
+    ),
     name: str | None = typer.Option(None, "--name", help="Space (and study) name."),
     out: Path | None = typer.Option(None, "-o", "--out", help="File to write (./<name>.yaml)."),
     force: bool = typer.Option(False, "--force", help="Overwrite the file."),
@@ -79,6 +82,7 @@ def init_command(
         draft_model=draft_model,
         host_ram_gb=host_ram_gb,
         name=name,
+        tp_size=tp_size,
     )
     from tuner.space.load import load_space
 

@@ -58,9 +58,20 @@ class ModelFacts:
 @dataclass(frozen=True)
 class GpuFacts:
     spec: GpuSpec
-    memory_gb: float
+    memory_gb: float  # one GPU's
     source: str  # "NVML", "--gpu", or the simulator's profile
     sim_hardware: str | None  # the simulator's hardware profile for this GPU, if it has one
+    count: int = 1  # GPUs one server spans (--tp-size: tensor parallelism)
+
+    @property
+    def flags(self) -> dict[str, int]:
+        """The launch flags the GPU count stands for ({} on one GPU)."""
+        return {"tp_size": self.count} if self.count > 1 else {}
+
+    @property
+    def label(self) -> str:
+        """ "one H100 SXM" or "4 x H100 SXM"."""
+        return f"one {self.spec.name}" if self.count == 1 else f"{self.count} x {self.spec.name}"
 
 
 @dataclass(frozen=True)
@@ -114,13 +125,14 @@ def read_model(model_path: str) -> ModelFacts:
     )
 
 
-def read_gpu(name: str | None, memory_gb: float | None = None) -> GpuFacts:
+def read_gpu(name: str | None, memory_gb: float | None = None, count: int = 1) -> GpuFacts:
     """The GPU by `--gpu` (a table name or a simulator hardware name), else NVML's first GPU.
     `memory_gb` (`--gpu-memory-gb`) replaces the spec sheet's or NVML's memory, and lets
-    `--gpu` name a GPU the spec table lacks, as NVML's unknown GPUs are: a provisional row."""
+    `--gpu` name a GPU the spec table lacks, as NVML's unknown GPUs are: a provisional row.
+    `count`: GPUs of that kind one server spans (`--tp-size`)."""
     if memory_gb is not None and not memory_gb > 0:
         raise UserError(f"--gpu-memory-gb {memory_gb:g}: give the GPU's memory in GB, above 0")
-    facts = _read_gpu(name, memory_gb)
+    facts = replace(_read_gpu(name, memory_gb), count=count)
     if memory_gb is None or facts.memory_gb == memory_gb:
         return facts
     return replace(facts, memory_gb=memory_gb, source=f"{facts.source}, --gpu-memory-gb")

@@ -22,14 +22,14 @@ release's parser lacks is left out, and renamed flags say what they are passed a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tuner.engines.sglang import RENAMED_FLAGS, build_server_args, load_snapshot
 from tuner.errors import UserError
 from tuner.init.facts import GB, HOST_RAM_RESERVE_GB, GpuFacts, HostFacts, ModelFacts
 from tuner.predict.estimate import WorkloadShape
-from tuner.predict.memory import estimate_memory
+from tuner.predict.memory import MemoryEstimate, estimate_memory
 
 MEM_FRACTION_HIGH = 0.95
 CHUNKS = [2048, 4096, 8192, 16384]
@@ -60,18 +60,24 @@ def plan_params(
 ) -> Plan:
     params: list[Param] = []
     notes: list[str] = []
-    weights = model.memory.weight_bytes + model.memory.draft_bytes
+    problem = model.memory.tensor_parallel_problem(gpu.count)
+    if problem:
+        raise UserError(f"{model.model_path}: {problem}; choose another --tp-size")
+    # one GPU's share of the weights (each of a tensor-parallel server's GPUs holds its part)
+    weights = (model.memory.weight_bytes + model.memory.draft_bytes) / gpu.count
     share = weights / (gpu.memory_gb * GB)
     # Capped at the range's top: weights above 90% of the GPU leave only 0.95 to try.
     low = min(max(0.60, math.ceil((share + 0.05) * 100) / 100), MEM_FRACTION_HIGH)
     while low < MEM_FRACTION_HIGH and not _fits(model, gpu, {"mem_fraction_static": low}):
         low = round(low + 0.01, 2)  # the lowest fraction at which sglang's plan leaves a pool
     if not _fits(model, gpu, {"mem_fraction_static": low}):
+        fits = _fitting_tp(model, gpu)
+        hint = f"--tp-size {fits} fits" if fits else "no --tp-size up to 8 fits"
         raise UserError(
             f"{model.model_path}: {model.weight_gb:.1f} GB of weights leave no room for a KV "
-            f"cache on one {gpu.spec.name} ({gpu.memory_gb:.0f} GB) at any "
+            f"cache on {gpu.label} ({gpu.memory_gb:.0f} GB each) at any "
             f"--mem-fraction-static up to {MEM_FRACTION_HIGH}; use a larger GPU or tensor "
-            "parallelism"
+            f"parallelism ({hint})"
         )
     high = MEM_FRACTION_HIGH
     while high > low and not _fits(model, gpu, {"mem_fraction_static": high}):
@@ -81,8 +87,9 @@ def plan_params(
             "mem_fraction_static",
             {"low": low, "high": high, "step": 0.01},
             [
-                f"Weights take {weights / GB:.1f} of the {gpu.memory_gb:.0f} GB ({share:.0%}); "
-                "low: that share + 0.05 (at least 0.60, and where sglang's memory plan still "
+                f"Weights take {weights / GB:.1f} of the {gpu.memory_gb:.0f} GB ({share:.0%})"
+                + (f" on each of {gpu.count} GPUs; " if gpu.count > 1 else "; ")
+                + "low: that share + 0.05 (at least 0.60, and where sglang's memory plan still "
                 "leaves a KV pool);",
                 f"high {high}: above it activations and CUDA graphs starve"
                 + (" (sglang's memory plan on this GPU)." if high < MEM_FRACTION_HIGH else "."),
@@ -95,7 +102,11 @@ def plan_params(
     elif model.experts:
         notes.append(
             f"Mixture of experts ({model.experts} experts, {model.experts_per_token} per token): "
-            "on one GPU there is no expert-parallel flag to tune."
+            + (
+                "on one GPU there is no expert-parallel flag to tune."
+                if gpu.count == 1
+                else "its experts are split over the GPUs with the rest (sglang's default)."
+            )
         )
     reuses_prefixes = workload.get("kind") in ("multi-turn", "shared-prefix", "jsonl")
     if reuses_prefixes:
@@ -233,19 +244,20 @@ def _hicache(
             speculative_num_draft_tokens=6,
             max_running_requests=concurrency,
         )
-    smallest = estimate_memory(worst, model.memory, gpu.memory_gb)
+    smallest = _memory(model, gpu, worst)
     if not smallest.fits:  # the longest draft does not fit there: the smallest pool that does
-        smallest = estimate_memory(
-            {"mem_fraction_static": low_fraction}, model.memory, gpu.memory_gb
-        )
-    largest = estimate_memory({"mem_fraction_static": high_fraction}, model.memory, gpu.memory_gb)
+        smallest = _memory(model, gpu, {"mem_fraction_static": low_fraction})
+    largest = _memory(model, gpu, {"mem_fraction_static": high_fraction})
     if smallest.fits and smallest.kv_tokens >= working_set:
         notes.append(
             f"No HiCache: the smallest KV pool of this space ({smallest.kv_tokens:,} tokens) "
             f"already holds the workload's working set (~{working_set:,.0f} tokens)."
         )
         return []
-    pool_gb = largest.kv_tokens * model.memory.kv_bytes_per_token / GB
+    # the KV pool of all the server's GPUs: host RAM holds each one's copy of its part
+    pool_gb = (
+        largest.kv_tokens * model.memory.sharded(gpu.count).kv_bytes_per_token * gpu.count / GB
+    )
     if host.ram_gb is None:
         notes.append("No HiCache: host RAM unknown (no /proc/meminfo); give --host-ram-gb.")
         return []
@@ -287,8 +299,26 @@ def _hicache(
     ]
 
 
+def _memory(model: ModelFacts, gpu: GpuFacts, flags: dict[str, Any]) -> MemoryEstimate:
+    """sglang's memory plan for `flags` on each of the server's GPUs."""
+    return estimate_memory({**flags, **gpu.flags}, model.memory, gpu.memory_gb)
+
+
 def _fits(model: ModelFacts, gpu: GpuFacts, flags: dict[str, Any]) -> bool:
-    return estimate_memory(flags, model.memory, gpu.memory_gb).fits
+    return _memory(model, gpu, flags).fits
+
+
+def _fitting_tp(model: ModelFacts, gpu: GpuFacts) -> int | None:
+    """The fewest GPUs (2, 4 or 8) over which the model fits at the highest fraction."""
+    for tp in (2, 4, 8):
+        wider = replace(gpu, count=tp)
+        if (
+            tp > gpu.count
+            and not model.memory.tensor_parallel_problem(tp)
+            and _fits(model, wider, {"mem_fraction_static": MEM_FRACTION_HIGH})
+        ):
+            return tp
+    return None
 
 
 def _for_version(plan: Plan, version: str) -> Plan:

@@ -69,6 +69,7 @@ class InitRequest:
     draft_model: str | None = None
     host_ram_gb: float | None = None
     name: str | None = None
+    tp_size: int = 1  # GPUs one server spans
 
 
 def workload_template(choice: str) -> tuple[dict[str, Any], int, str, str]:
@@ -122,7 +123,8 @@ def fit_context(workload: dict[str, Any], context_length: int) -> tuple[dict[str
 def space_name(model: ModelFacts, gpu: GpuFacts, workload: str) -> str:
     base = model.model_path.rstrip("/").split("/")[-1]
     kind = workload if workload in TEMPLATES else "jsonl"
-    text = f"{base}-{gpu.spec.name}-{kind}".lower()
+    gpus = gpu.spec.name if gpu.count == 1 else f"{gpu.count}x{gpu.spec.name}"
+    text = f"{base}-{gpus}-{kind}".lower()
     return re.sub(r"[^a-z0-9._-]+", "-", text).strip("-.") or "my-model"
 
 
@@ -151,6 +153,8 @@ def space_text(
         "fixed_flags:",
         "  enable_metrics: true  # sglang's /metrics: queue and cache figures in the trial logs",
     ]
+    if gpu.count > 1:
+        lines.append(f"  tp_size: {gpu.count}  # tensor parallelism: each server spans {gpu.label}")
     lines += _sim_lines(model, gpu)
     lines += ["", "params:"]
     for param in plan.params:
@@ -198,7 +202,9 @@ def _header(
         + (f", {model.mtp_layers} MTP layer(s)" if model.mtp_layers else "")
         + f" (config.json in {model.config_dir}).",
         f"GPU: {gpu.spec.name}, {gpu.memory_gb:.0f} GB, {gpu.spec.bandwidth_gb_s:g} GB/s "
-        f"({gpu.source}). Host RAM: {ram}.",
+        f"({gpu.source})"
+        + (f", {gpu.count} per server (tensor parallelism)" if gpu.count > 1 else "")
+        + f". Host RAM: {ram}.",
         f"sglang {version} ({version_source}) decides the flag names.",
         *plan.notes,
         "",

@@ -28,13 +28,14 @@ def run_optimize(options: StudyOptions, workers: int, report: bool, dry_run: boo
     Returns the exit code: 0, 130 when Ctrl-C, SIGTERM or SIGHUP interrupted the study, 1 when
     it stopped waiting for other workers' trials.
     """
-    gpus, tp_size, studies_dir = options.gpus, options.tp_size, options.studies_dir
+    studies_dir = options.studies_dir
     check_options(options)  # before anything is created: no empty study behind a typo
-    groups = gpu_groups(gpus, tp_size, workers)
     quiet_optuna()
     # A log file gets whole lines, not 80-column pieces.
     console = Console(soft_wrap=not sys.stdout.isatty())
     run = resolve_run(options)  # bad YAML: one line, exit 2; the host asked once
+    # GPUs per server: --tp-size or the space's fixed tp_size (resolve_run settles which)
+    groups = gpu_groups(options.gpus, run.options.tp_size, workers)
     loaded_space = run.space
     if preflight(console, run, dry_run):
         return 0  # a dry run: nothing launched, no study created

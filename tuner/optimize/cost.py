@@ -76,11 +76,16 @@ class StudyCost:
         return self.launches * (SIM_START_S + self.bench_s / self.time_scale)
 
     def lines(self) -> list[str]:
-        weights = (
-            f"{self.weights_gb:.1f} GB of weights at {LOAD_RATE_GB_S:g} GB/s"
-            if self.weights_gb is not None
-            else "weights unknown (no config.json here): none counted"
-        )
+        if self.weights_gb is None:
+            weights = "weights unknown (no config.json here): none counted"
+        elif self.gpus_per_server > 1:
+            where = "process" if self.on_cpu else "GPU"
+            weights = (
+                f"{self.weights_gb / self.gpus_per_server:.1f} GB a {where} ({self.weights_gb:.1f}"
+                f" GB over {self.gpus_per_server}) of weights at {LOAD_RATE_GB_S:g} GB/s"
+            )
+        else:
+            weights = f"{self.weights_gb:.1f} GB of weights at {LOAD_RATE_GB_S:g} GB/s"
         resumed = f" ({self.done} already in the study)" if self.done else ""
         if self.on_cpu:
             graphs = "; no graph capture on a CPU"
@@ -117,7 +122,9 @@ def study_cost(run: Run, done: int = 0) -> StudyCost:
     speculative = "speculative_algorithm" in space.params
     on_cpu = runs_on_cpu(space)
     capture = GRAPH_CAPTURE_S * ((1 + SPECULATIVE_GRAPH_FACTOR) / 2 if speculative else 1.0)
-    launch_s = PROCESS_START_S + (weights_gb or 0.0) / LOAD_RATE_GB_S + (0.0 if on_cpu else capture)
+    # each of a tensor-parallel server's GPUs loads its share of the weights, at once
+    per_gpu_gb = (weights_gb or 0.0) / options.tp_size
+    launch_s = PROCESS_START_S + per_gpu_gb / LOAD_RATE_GB_S + (0.0 if on_cpu else capture)
     gpu_name = None if on_cpu else run.host.gpu_name  # a GPU beside does not serve the trials
     bench_s, rule = bench_seconds(space, model, gpu_name, run.host.gpu_memory_gb, on_cpu=on_cpu)
     if is_capacity(space.objectives.throughput):

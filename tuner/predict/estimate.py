@@ -51,7 +51,7 @@ from typing import Any
 
 from tuner.engines.model_config import ModelMemory
 from tuner.predict.gpu_specs import GpuSpec, provisional_span
-from tuner.predict.memory import MemoryEstimate, estimate_memory
+from tuner.predict.memory import MemoryEstimate, estimate_memory, tensor_parallel
 from tuner.predict.open_loop import OpenLoopLoad, sustained_rate
 from tuner.predict.priors import PRIORS, accept_length, accept_prior, fit_acceptance
 from tuner.predict.workload_shape import WorkloadShape
@@ -70,6 +70,9 @@ UNKNOWN_DRAFT_SHARE = 1 / 40
 _FRACTIONS = tuple(0.15 * 1.12**i for i in range(26))  # 0.15 .. 2.5
 _OVERHEADS_S = (0.0, *(0.0002 * 1.5**i for i in range(10)))  # 0, 0.2 ms .. 7.7 ms
 _QUANTILES = {"median": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
+# One all-reduce's fixed time: sglang's custom all-reduce on H100 at 512 bytes measured 3.7 /
+# 4.8 / 5.9 us over 2 / 4 / 8 GPUs (sglang PR #2904); its bytes move at the GPU link's spec.
+ALLREDUCE_LATENCY_S = 5e-6
 
 
 # State limits are tried in turn, no limit first: one replaces the one held so far only when it
@@ -101,6 +104,16 @@ def weights_read(model: ModelMemory, tokens: float) -> float:
 
 
 @functools.cache
+def communication(model: ModelMemory, gpu: GpuSpec, tp: int, tokens: float) -> float:
+    """The all-reduces of one forward of `tokens` tokens over `tp` GPUs: two a layer, each
+    ALLREDUCE_LATENCY_S + a ring's 2 (tp - 1) / tp of the activations at the GPU link's spec
+    rate (NVLink where the card has it, else PCIe); 0 on one GPU."""
+    if tp <= 1 or not model.layers:
+        return 0.0
+    ring = 2 * (tp - 1) / tp * tokens * model.hidden_bytes / (gpu.link_gb_s * GB)
+    return 2 * model.layers * (ALLREDUCE_LATENCY_S + ring)
+
+
 def _wide_fractions() -> tuple[float, ...]:
     """The fit's grid for a GPU the spec table lacks (its figures are the table's means):
     the usual one widened by how far any row of the table lies from those means."""
@@ -256,6 +269,14 @@ class Estimator:
         if not memory.fits:
             return Prediction(False, 0.0, math.inf, math.inf, 0, 1.0)
         spec = bool(flags.get("speculative_algorithm"))
+        tp = tensor_parallel(flags)
+        model = self.model.sharded(tp)  # one GPU's share; the GPUs run in step
+        params = self.params / tp
+
+        def talk(tokens: float) -> float:
+            """A forward's all-reduces over the tp GPUs: two a layer (alpha-beta, ring)."""
+            return communication(self.model, self.gpu, tp, tokens)
+
         # sglang's choice when the three speculative flags are unset: 3 steps, topk 1, 4 tokens.
         steps = int(flags.get("speculative_num_steps") or 3) if spec else 0
         draft = int(flags.get("speculative_num_draft_tokens") or steps + 1) if spec else 1
@@ -286,18 +307,18 @@ class Estimator:
             else:
                 kept *= self._states_fitted(flags, memory.state_slots, running)
             hit_tokens = min(shape.shareable * kept, shape.prompt)
-            if self.model.hybrid and flags.get("mamba_radix_cache_strategy") == "no_buffer":
+            if model.hybrid and flags.get("mamba_radix_cache_strategy") == "no_buffer":
                 # The recurrent state is kept only where a request ended, so a prefix shared
                 # mid-prompt (a system prompt) is not found again; a conversation's history is.
                 hit_tokens = min(hit_tokens, shape.request_end_shareable * kept)
         new_tokens = max(shape.prompt - hit_tokens, 1.0)
         chunk = float(flags.get("chunked_prefill_size") or DEFAULT_CHUNK)
         chunks = math.ceil(new_tokens / chunk)
-        weights = self.model.weight_bytes
-        chunk_weights = weights_read(self.model, min(new_tokens, chunk))
+        weights = model.weight_bytes
+        chunk_weights = weights_read(model, min(new_tokens, chunk))
         overhead = cal.step_overhead_s * (bias.step_overhead_s or 1.0)
-        prefill_s = max(new_tokens * 2 * self.params / peak, chunks * chunk_weights / bw) + (
-            chunks * overhead
+        prefill_s = max(new_tokens * 2 * params / peak, chunks * chunk_weights / bw) + (
+            chunks * (overhead + talk(min(new_tokens, chunk)))
         )
         if hicache and hit_tokens > 0:
             # Hits beyond what the device pool alone keeps come back from host memory over the
@@ -306,22 +327,22 @@ class Estimator:
             total_kept = min(1.0, capacity / max(shape.working_set, 1.0))
             from_host = max(0.0, 1.0 - device_kept / total_kept)
             host_rate = self.gpu.host_link_gb_s * GB
-            prefill_s += hit_tokens * from_host * self.model.kv_bytes_per_token / host_rate
+            prefill_s += hit_tokens * from_host * model.kv_bytes_per_token / host_rate
 
         if flags.get("disable_overlap_schedule"):
             overhead *= 2  # the scheduler's work is no longer hidden behind the GPU's
-        kv_per_request = context * self.model.kv_bytes_per_token
+        kv_per_request = context * model.kv_bytes_per_token
         draft_s = 0.0
         if spec:
-            draft_bytes = self.model.draft_bytes or weights * UNKNOWN_DRAFT_SHARE
+            draft_bytes = model.draft_bytes or weights * UNKNOWN_DRAFT_SHARE
             # sglang captures the draft's steps in one CUDA graph: one fixed cost for them all.
             draft_s = steps * draft_bytes / bw + overhead
 
         def step_at(batch: float) -> float:
             """One decode step with `batch` requests running (the draft's part is fixed)."""
-            flops = batch * draft * 2 * self.params
-            read = weights_read(self.model, batch * draft) + batch * kv_per_request
-            return max(read / bw, flops / peak) + overhead + draft_s
+            flops = batch * draft * 2 * params
+            read = weights_read(model, batch * draft) + batch * kv_per_request
+            return max(read / bw, flops / peak) + overhead + draft_s + talk(batch * draft)
 
         step_s = step_at(running)
         decode_s = shape.output / accepted * step_s
@@ -346,8 +367,8 @@ class Estimator:
         ttft_ms = 1000 * (prefill_s + step_s)
         burst_tokens = self._burst_tokens(flags, running, kept, chunk)
         burst_ms = 1000 * max(
-            burst_tokens * 2 * self.params / peak,
-            math.ceil(burst_tokens / chunk) * weights_read(self.model, chunk) / bw,
+            burst_tokens * 2 * params / peak,
+            math.ceil(burst_tokens / chunk) * weights_read(model, chunk) / bw,
         )
         # The clients start together, so the running requests finish in waves: a request that
         # finds every slot taken waits for whole turns of the running batch, not a share of one.

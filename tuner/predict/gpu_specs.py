@@ -27,20 +27,28 @@ class GpuSpec:
     host_link_gb_s: float  # one direction of the host link (PCIe x16)
     # True for a GPU the table lacks: the figures above are the table's means, not its own.
     provisional: bool = False
+    # One direction of the GPU-to-GPU NVLink (half the data sheet's total); 0: none, the
+    # GPUs of a tensor-parallel server talk over PCIe.
+    nvlink_gb_s: float = 0.0
+
+    @property
+    def link_gb_s(self) -> float:
+        """What a tensor-parallel all-reduce moves its bytes over, one direction."""
+        return self.nvlink_gb_s or self.host_link_gb_s
 
 
 # Matched in this order against the words of the lower-cased name: specific names first.
 _TABLE: tuple[tuple[str, GpuSpec], ...] = (
     ("rtx pro 6000 blackwell", GpuSpec("RTX PRO 6000 Blackwell", 96, 1792, 500, 64)),
-    ("h200", GpuSpec("H200", 141, 4800, 989, 64)),
-    ("gh200", GpuSpec("GH200", 96, 4000, 989, 450)),
-    ("h100 nvl", GpuSpec("H100 NVL", 94, 3900, 835, 64)),
+    ("h200", GpuSpec("H200", 141, 4800, 989, 64, nvlink_gb_s=450)),
+    ("gh200", GpuSpec("GH200", 96, 4000, 989, 450, nvlink_gb_s=450)),
+    ("h100 nvl", GpuSpec("H100 NVL", 94, 3900, 835, 64, nvlink_gb_s=300)),
     ("h100 pcie", GpuSpec("H100 PCIe", 80, 2000, 756, 64)),
-    ("h100", GpuSpec("H100 SXM", 80, 3350, 989, 64)),
+    ("h100", GpuSpec("H100 SXM", 80, 3350, 989, 64, nvlink_gb_s=450)),
     ("h20", GpuSpec("H20", 96, 4000, 148, 64)),
-    ("b200", GpuSpec("B200", 180, 8000, 2250, 64)),
+    ("b200", GpuSpec("B200", 180, 8000, 2250, 64, nvlink_gb_s=900)),
     ("a100 80gb pcie", GpuSpec("A100 80GB PCIe", 80, 1935, 312, 32)),
-    ("a100 80gb", GpuSpec("A100 80GB SXM", 80, 2039, 312, 32)),
+    ("a100 80gb", GpuSpec("A100 80GB SXM", 80, 2039, 312, 32, nvlink_gb_s=300)),
     ("a100", GpuSpec("A100 40GB", 40, 1555, 312, 32)),
     ("l40s", GpuSpec("L40S", 48, 864, 362, 32)),
     ("l40", GpuSpec("L40", 48, 864, 181, 32)),

@@ -44,11 +44,19 @@ class MemoryEstimate:
     max_running_requests: int = 0  # the cap sglang would settle on (0 when it would not start)
 
 
+def tensor_parallel(flags: Mapping[str, Any]) -> int:
+    """GPUs one server spans (`--tp-size`; 1 when unset)."""
+    return max(1, int(flags.get("tp_size") or 1))
+
+
 def _derived_mem_fraction(
-    gpu_bytes: float, chunked_prefill: int, graph_bs: int, spec: bool
+    gpu_bytes: float, chunked_prefill: int, graph_bs: int, spec: bool, tp: int = 1
 ) -> float:
-    # sglang's rule when --mem-fraction-static is unset (docs/sglang-memory.md).
+    # sglang's rule when --mem-fraction-static is unset (docs/sglang-memory.md); with tensor
+    # parallelism 0.5.23 reserves tp / 8 GiB more (arg_groups/memory_hook.py).
     reserved = 512 * MB + 1.5 * MB * max(chunked_prefill, 2048) + 2 * MB * graph_bs
+    if tp > 1:
+        reserved += tp / 8 * 1024 * MB
     if gpu_bytes > 60 * GB:
         reserved = max(reserved, 10 * GB)
     if spec:
@@ -72,6 +80,11 @@ def estimate_memory(
     need depends on kernels and CUDA graphs that only a launch can measure.
     """
     gpu = gpu_memory_gb * GB
+    tp = tensor_parallel(flags)
+    problem = model.tensor_parallel_problem(tp)
+    if problem:
+        return MemoryEstimate(False, "startup_rule", problem, 0.0, 0, 0, 0.0, 0.0)
+    model = model.sharded(tp)  # one GPU's share: every figure below is per GPU
     spec = bool(flags.get("speculative_algorithm"))
     chunked = int(flags.get("chunked_prefill_size") or 8192)
     if chunked < 0:
@@ -81,7 +94,7 @@ def estimate_memory(
     mfs = (
         float(mfs_flag)
         if mfs_flag is not None
-        else _derived_mem_fraction(gpu, chunked, graph_bs, spec)
+        else _derived_mem_fraction(gpu, chunked, graph_bs, spec, tp)
     )
     need = (512 * MB + 1.5 * MB * max(chunked, 2048) + 2 * MB * graph_bs) * activation_safety
     room = gpu * (1.0 - mfs)

@@ -63,6 +63,7 @@ class SimConfig:
     ssm_dtype_bytes: int
     host_ram_gib: float
     warnings: tuple[str, ...]
+    tp_size: int = 1  # tensor-parallel GPUs; `model` is one GPU's share (ModelProfile.sharded)
 
     @property
     def radix_cache(self) -> bool:
@@ -84,8 +85,17 @@ class SimConfig:
         return self.args.sglang_version
 
 
-def gpu_defaults(gpu_memory_gib: float) -> tuple[int, int]:
-    """(chunked_prefill_size, cuda_graph_max_bs) sglang picks for a GPU of this size."""
+def gpu_defaults(gpu_memory_gib: float, tp: int = 1) -> tuple[int, int]:
+    """(chunked_prefill_size, cuda_graph_max_bs) sglang picks for a GPU of this size; with 4 or
+    more tensor-parallel GPUs the larger decode graphs of 0.5.23 (``arg_groups/memory_hook.py``,
+    ``_handle_gpu_memory_settings``: 160 below 60 GB, 512 up to 160 GB)."""
+    chunk, graph_bs = _one_gpu_defaults(gpu_memory_gib)
+    if tp >= 4 and 20 <= gpu_memory_gib < 160:
+        graph_bs = 160 if gpu_memory_gib < 60 else 512
+    return chunk, graph_bs
+
+
+def _one_gpu_defaults(gpu_memory_gib: float) -> tuple[int, int]:
     if gpu_memory_gib < 20:
         return 2048, 8
     if gpu_memory_gib < 35:
@@ -100,16 +110,41 @@ def gpu_defaults(gpu_memory_gib: float) -> tuple[int, int]:
 
 
 def auto_mem_fraction(
-    gpu_memory_gib: float, chunked_prefill_size: int, cuda_graph_max_bs: int, speculative: bool
+    gpu_memory_gib: float,
+    chunked_prefill_size: int,
+    cuda_graph_max_bs: int,
+    speculative: bool,
+    tp: int = 1,
 ) -> float:
-    """sglang's automatic --mem-fraction-static: (GPU memory - reserved) / GPU memory."""
+    """sglang's automatic --mem-fraction-static: (GPU memory - reserved) / GPU memory.
+
+    With tensor parallelism 0.5.23 reserves tp / 8 GB more (``arg_groups/memory_hook.py``, in
+    ``_handle_gpu_memory_settings``); its 128 MB at one GPU is not added, so that one GPU's
+    figures stay those the seed calibrated."""
     reserved_mb = 512 + 1.5 * max(chunked_prefill_size, 2048) + 2 * cuda_graph_max_bs
+    if tp > 1:
+        reserved_mb += tp / 8 * 1024
     if gpu_memory_gib > 60:
         reserved_mb = max(reserved_mb, 10 * 1024)
     if speculative:
         reserved_mb += 4 * 1024
     total_mb = gpu_memory_gib * 1024
     return round((total_mb - reserved_mb) / total_mb, 3)
+
+
+def check_tensor_parallel(tp: int, model: ModelProfile) -> None:
+    """sglang's asserts when it splits the attention heads over ``tp`` GPUs (0.5.23
+    ``models/llama.py`` 183-193): the heads divide evenly, and the KV heads divide evenly or
+    divide ``tp`` (then each GPU keeps a copy)."""
+    if tp < 1:
+        raise rule(f"--tp-size must be >= 1, got {tp}")
+    heads, kv_heads = model.num_attention_heads, model.num_kv_heads
+    if heads % tp:
+        raise rule(f"total_num_heads ({heads}) % tp_size ({tp}) != 0", "AssertionError")
+    if (kv_heads >= tp and kv_heads % tp) or (kv_heads < tp and tp % kv_heads):
+        raise rule(
+            f"total_num_kv_heads ({kv_heads}) and tp_size ({tp}) do not divide", "AssertionError"
+        )
 
 
 def _resolve_spec(args: ServerArgs, model: ModelProfile) -> tuple[SpecConfig | None, list[str]]:
@@ -219,13 +254,15 @@ def resolve_with(args: ServerArgs, hardware: HardwareProfile, model: ModelProfil
     spec, spec_warnings = _resolve_spec(args, model)
     warnings += spec_warnings
 
-    if args.tp_size != 1 or args.dp_size != 1:
-        raise rule("the simulator models one GPU: --tp-size and --dp-size must be 1")
+    if args.dp_size != 1:
+        raise rule("the simulator models one server: --dp-size must be 1")
+    check_tensor_parallel(args.tp_size, model)
+    model = model.sharded(args.tp_size)
     if args.page_size is not None and args.page_size < 1:
         raise rule("--page-size must be >= 1")
     page_size = args.page_size or 1
 
-    default_chunk, default_graph_bs = gpu_defaults(hardware.gpu_memory_gib)
+    default_chunk, default_graph_bs = gpu_defaults(hardware.gpu_memory_gib, args.tp_size)
     chunk = default_chunk if args.chunked_prefill_size is None else args.chunked_prefill_size
     if chunk == 0 or chunk < -1:
         raise rule("--chunked-prefill-size must be positive or -1 (disabled)")
@@ -307,7 +344,11 @@ def resolve_with(args: ServerArgs, hardware: HardwareProfile, model: ModelProfil
         fraction, auto = args.mem_fraction_static, False
     else:
         fraction = auto_mem_fraction(
-            hardware.gpu_memory_gib, chunk, graph_bs or default_graph_bs, spec is not None
+            hardware.gpu_memory_gib,
+            chunk,
+            graph_bs or default_graph_bs,
+            spec is not None,
+            args.tp_size,
         )
         auto = True
     kv_bytes = 1 if args.kv_cache_dtype.startswith("fp8") else model.dtype_bytes
@@ -341,4 +382,5 @@ def resolve_with(args: ServerArgs, hardware: HardwareProfile, model: ModelProfil
         ssm_dtype_bytes=ssm_bytes,
         host_ram_gib=host_ram,
         warnings=tuple(warnings),
+        tp_size=args.tp_size,
     )

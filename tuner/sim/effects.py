@@ -146,6 +146,38 @@ class HicacheTransfer:
 
 
 @dataclass(frozen=True)
+class AllReduce:
+    """With tensor parallelism (``--tp-size`` N > 1) each layer ends its attention and its MLP
+    with an all-reduce of the forward's activations (tokens x hidden x 2 bytes) over the N GPUs:
+    ``latency_us`` + the bytes up to ``switch_mb`` at ``small_gb_s`` + the ring's 2 (N - 1) / N
+    of the rest at ``large_gb_s``.
+
+    Defaults: sglang's custom all-reduce on H100 as sglang PR #2904 measured it (tp 2 / 4 / 8,
+    without CUDA graphs): 3.7-5.9 us at 512 bytes and 19.9-33.8 us at 1 MB, which latency 4.5 us
+    and 45 GB/s give within 30% (4.5 us and 27.8 us). Past 1 MB sglang hands the reduce to NCCL;
+    no figure in docs/reality.md gives its rate, so ``large_gb_s`` is NVLink 4's 450 GB/s a
+    direction at 0.8, a choice. ``strength`` scales the time (0: free communication; one GPU
+    never communicates).
+    """
+
+    latency_us: float = 4.5
+    small_gb_s: float = 45.0
+    switch_mb: float = 1.0
+    large_gb_s: float = 360.0
+    strength: float = 1.0
+
+    def seconds(self, nbytes: float, tp: int) -> float:
+        """One all-reduce of ``nbytes`` over ``tp`` GPUs."""
+        if tp <= 1 or not self.strength:
+            return 0.0
+        switch = self.switch_mb * 1e6
+        small = min(nbytes, switch) / (max(self.small_gb_s, 1e-3) * 1e9)
+        ring = 2 * (tp - 1) / tp
+        large = max(nbytes - switch, 0.0) * ring / (max(self.large_gb_s, 1e-3) * 1e9)
+        return (self.latency_us * 1e-6 + small + large) * self.strength
+
+
+@dataclass(frozen=True)
 class HardwareEffects:
     graph_padding: GraphPadding = field(default_factory=GraphPadding)
     gemm_efficiency: GemmEfficiency = field(default_factory=GemmEfficiency)
@@ -153,6 +185,7 @@ class HardwareEffects:
     state_kernel: KernelEfficiency = field(default_factory=_state_kernel)
     scheduler_cpu: SchedulerCpu = field(default_factory=SchedulerCpu)
     hicache_transfer: HicacheTransfer = field(default_factory=HicacheTransfer)
+    allreduce: AllReduce = field(default_factory=AllReduce)
 
 
 @dataclass(frozen=True)
@@ -248,6 +281,7 @@ _NESTED: dict[type, dict[str, type]] = {
         "state_kernel": KernelEfficiency,
         "scheduler_cpu": SchedulerCpu,
         "hicache_transfer": HicacheTransfer,
+        "allreduce": AllReduce,
     },
     ModelEffects: {
         "acceptance": AcceptanceShape,

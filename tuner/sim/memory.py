@@ -212,7 +212,9 @@ def plan_memory(config: SimConfig) -> MemoryPlan:
         if spec.uses_mtp_head and model.mtp is not None:
             draft = model.mtp.head_bytes / GIB
         elif spec.algorithm in ("EAGLE", "EAGLE3"):
-            draft = 0.6 * model.hidden_size * model.hidden_size * 12 * 2 / GIB + 0.5
+            draft = (
+                0.6 * model.hidden_size * model.hidden_size * 12 * 2 / GIB / config.tp_size + 0.5
+            )
         elif spec.algorithm == "STANDALONE":
             draft = weights * 0.1
     static = config.mem_fraction_static * total

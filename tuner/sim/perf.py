@@ -28,6 +28,7 @@ import numpy as np
 
 from tuner.sim.config import SimConfig
 from tuner.sim.effects import (
+    AllReduce,
     ExpertRouting,
     GemmEfficiency,
     HicacheTransfer,
@@ -100,6 +101,19 @@ class PerfModel:
     experts_per_token: int = 0
     expert_bytes: float = 0.0
     routing: ExpertRouting = field(default_factory=ExpertRouting)
+    # tensor parallelism: every layer's attention and MLP end in an all-reduce of the forward's
+    # activations over the tp GPUs (one GPU: none)
+    tp: int = 1
+    allreduce_bytes_per_token: float = 0.0  # hidden x 2 bytes
+    allreduces_per_forward: int = 0  # 2 per layer
+    allreduce: AllReduce = field(default_factory=AllReduce)
+
+    def communication(self, tokens: float, allreduces: int | None = None) -> float:
+        """The all-reduces of a forward of ``tokens`` tokens (``allreduces``: the model's)."""
+        if self.tp <= 1:
+            return 0.0
+        count = self.allreduces_per_forward if allreduces is None else allreduces
+        return count * self.allreduce.seconds(tokens * self.allreduce_bytes_per_token, self.tp)
 
     @property
     def speculative(self) -> bool:
@@ -146,6 +160,7 @@ class PerfModel:
         return (
             max(mem, comp)
             + OVERLAP_RESIDUE * min(mem, ideal)
+            + self.communication(tokens)
             + fixed
             + requests * self.per_request
             + self.sched_overhead
@@ -192,6 +207,7 @@ class PerfModel:
         draft_one = (
             self.draft_step_bytes / self.bandwidth
             + self._token_flops(rows * self.spec_topk, self.draft_flops_per_token) / self.flops
+            + self.communication(rows * self.spec_topk, 2)  # one draft layer
             + self.graph_overhead * 0.5
         )
         return verify + (n_steps + 1) * draft_one + batch * self.spec_per_request
@@ -301,7 +317,8 @@ def build_perf_model(config: SimConfig, plan: MemoryPlan) -> PerfModel:
     draft_step_bytes = 0.0
     draft_flops = 0.0
     if spec is not None:
-        lm_head = model.vocab_size * model.hidden_size * model.dtype_bytes
+        # one GPU's share of the LM head (vocabulary-parallel; `model` is already sharded)
+        lm_head = model.vocab_size * model.hidden_size * model.dtype_bytes / config.tp_size
         if spec.uses_mtp_head and model.mtp is not None:
             draft_step_bytes = model.mtp.step_read_bytes
             draft_flops = (model.mtp.head_bytes + lm_head) / model.dtype_bytes * 2
@@ -361,4 +378,8 @@ def build_perf_model(config: SimConfig, plan: MemoryPlan) -> PerfModel:
         experts_per_token=model.experts_per_token,
         expert_bytes=model.expert_bytes,
         routing=model.effects.expert_routing,
+        tp=config.tp_size,
+        allreduce_bytes_per_token=float(model.hidden_size * model.dtype_bytes),
+        allreduces_per_forward=2 * model.num_layers,
+        allreduce=fx.allreduce,
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +141,32 @@ class ModelProfile:
     @property
     def flops_per_token(self) -> float:
         return 2.0 * self.active_params
+
+    def sharded(self, tp: int) -> ModelProfile:
+        """What one of ``tp`` tensor-parallel GPUs holds and computes: the weights, experts,
+        attention heads and recurrent state split ``tp`` ways; the KV heads too, but each GPU
+        keeps at least one (sglang replicates them when there are fewer heads than GPUs:
+        ``models/llama.py`` 183-194 and ``configs/model_config.py`` ``get_num_kv_heads`` in
+        0.5.23). The hidden size stays: it is what every all-reduce carries."""
+        if tp <= 1:
+            return self
+        mtp = self.mtp
+        if mtp is not None:
+            mtp = replace(
+                mtp, head_bytes=mtp.head_bytes / tp, step_read_bytes=mtp.step_read_bytes / tp
+            )
+        return replace(
+            self,
+            weight_bytes=self.weight_bytes / tp,
+            decode_weight_bytes=self.decode_weight_bytes / tp,
+            active_params=self.active_params / tp,
+            num_attention_heads=self.num_attention_heads // tp,
+            num_kv_heads=max(1, self.num_kv_heads // tp),
+            mamba_conv_elements_per_layer=self.mamba_conv_elements_per_layer // tp,
+            mamba_ssm_elements_per_layer=self.mamba_ssm_elements_per_layer // tp,
+            expert_bytes=self.expert_bytes / tp,
+            mtp=mtp,
+        )
 
     def attention_flops_per_token(self, context: float) -> float:
         """QK^T and PV FLOPs of the full-attention layers for one token at this context."""

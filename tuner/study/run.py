@@ -64,6 +64,7 @@ def resolve_run(options: StudyOptions) -> Run:
     # --goal fills in what the file leaves out; the file's own objectives and SLOs win.
     goal = goal_defaults(goal_named(options.goal), source.data)
     space = source.build(**goal)
+    space, options = tensor_parallel(space, options)
     target = launch_target(space, options)
     host = read_host_facts(
         options.engine,
@@ -77,6 +78,23 @@ def resolve_run(options: StudyOptions) -> Run:
         capacity = running_capacity(space, host.model, host.gpu_memory_gb)
         space = source.build(**goal, capacity=capacity)
     return Run(options=options, space=space, space_path=Path(path), target=target, host=host)
+
+
+def tensor_parallel(space: SearchSpace, options: StudyOptions) -> tuple[SearchSpace, StudyOptions]:
+    """One tensor-parallel size for the launches, the estimate and the GPU groups: the space's
+    `fixed_flags: {tp_size: N}` or `--tp-size N`, written into both (a clash is a UserError)."""
+    fixed = space.fixed_flags.get("tp_size")
+    if fixed is None:
+        if options.tp_size == 1:
+            return space, options
+        flags = {**space.fixed_flags, "tp_size": options.tp_size}
+        return space.model_copy(update={"fixed_flags": flags}), options
+    if options.tp_size not in (1, int(fixed)):
+        raise UserError(
+            f"--tp-size {options.tp_size} and the space's fixed_flags tp_size {fixed} differ: "
+            "drop --tp-size, or change the space"
+        )
+    return space, replace(options, tp_size=int(fixed))
 
 
 def launch_target(space: SearchSpace, options: StudyOptions) -> LaunchTarget:
