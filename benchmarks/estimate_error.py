@@ -91,9 +91,10 @@ def measure_space(name: str, configs: int, fits: list[int], seed: int) -> dict[s
     rows: list[tuple[dict[str, Any], dict[str, Any]]] = []
     default = _truth(oracle, space, {})
     if default is not None:
-        rows.append(({}, default))
+        rows.append((dict(space.fixed_flags), default))
     while len(rows) < configs:
-        flags = complete_flags(space, random_params(space, rng))
+        # the flags a trial passes, fixed ones included (a tensor-parallel size among them)
+        flags = {**space.fixed_flags, **complete_flags(space, random_params(space, rng))}
         truth = _truth(oracle, space, flags)
         if truth is not None:
             rows.append((flags, truth))
