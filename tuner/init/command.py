@@ -36,6 +36,17 @@ def write_space(request: InitRequest, out: Path | None, force: bool = False) -> 
     return path
 
 
+def reach_note(request: InitRequest, path: Path) -> str | None:
+    """What the estimate says of the written space's SLOs (tuner/init/reach.py)."""
+    from tuner.init.facts import read_gpu, read_model
+    from tuner.init.reach import unreachable_note
+    from tuner.space.load import load_space
+
+    model = read_model(request.model_path)
+    gpu = read_gpu(request.gpu, request.gpu_memory_gb, request.tp_size)
+    return unreachable_note(load_space(path), model.memory, gpu)
+
+
 def init_command(
     model_path: str = typer.Option(
         ..., "--model-path", help="Checkpoint directory or hub id (its config.json must be here)."
@@ -88,5 +99,8 @@ def init_command(
 
     path = write_space(request, out, force)
     typer.echo(f"wrote {path}")
+    note = reach_note(request, path)
+    if note:
+        typer.echo(note)
     typer.echo(f"tuning: {', '.join(load_space(path).params)} (each commented in the file)")
     typer.echo(f"next: tuner optimize --space {path} --dry-run   (the cost, nothing launched)")
