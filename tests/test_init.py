@@ -284,7 +284,9 @@ def test_a_gpu_the_spec_table_lacks_gets_its_memory_from_nvml(monkeypatch):
 
 
 def test_on_a_small_gpu_the_memory_range_ends_where_sglangs_plan_still_fits(tmp_path):
-    """A 14.5 GB model on a 48 GB GPU: at 0.95 the activations' reserve is short, lower it fits."""
+    """A 14.5 GB model on a 24 GB GPU: at 0.95 the activations' reserve (sglang's, with the
+    4,096-token chunk and 48-batch graphs it picks on a GPU of that size) is short, lower it
+    fits."""
     model = tmp_path / "mistral"
     model.mkdir()
     (model / "config.json").write_text(
@@ -293,7 +295,7 @@ def test_on_a_small_gpu_the_memory_range_ends_where_sglangs_plan_still_fits(tmp_
         ' "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 32768,'
         ' "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}'
     )
-    text = _init(tmp_path, model, "L40S").read_text()
+    text = _init(tmp_path, model, "L4").read_text()
     spec = yaml.safe_load(text)["params"]["mem_fraction_static"]
     assert spec["low"] < spec["high"] < 0.95
     assert "sglang's memory plan on this GPU" in text

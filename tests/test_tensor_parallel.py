@@ -133,3 +133,19 @@ def test_init_notes_a_default_slo_that_no_configuration_comes_near(tmp_path):
     assert note is not None and "p99_ttft_ms ~" in note and "against 5,000" in note, note
     chat = InitRequest(model_path=str(LLAMA_70B), gpu="h100", workload="chat", tp_size=4)
     assert reach_note(chat, write_space(chat, tmp_path / "chat.yaml")) is None
+
+
+def test_sglangs_chunk_and_graph_defaults_follow_the_gpus_memory_and_the_tp_size(tmp_path):
+    from tuner.engines.memory_plan import default_graph_limit, gpu_defaults
+
+    # sglang 0.5.23 arg_groups/memory_hook.py: an L20 / L40S (48 GB), an H100 (80 GB) alone and
+    # in fours, a B200 (180 GB)
+    assert gpu_defaults(48.0) == (4096, 32) and gpu_defaults(48.0, 4) == (4096, 160)
+    assert gpu_defaults(85.5) == (8192, 256) and gpu_defaults(85.5, 4) == (8192, 512)
+    assert gpu_defaults(192.0) == (16384, 512)
+    assert default_graph_limit(85.5, 8) == 512 and default_graph_limit(None, 1) is None
+    assert default_graph_limit(64.4, 1) is None  # 60 GiB: too near a bucket's edge to trust
+    # so a 70B model over four 48 GB cards fits at some fraction, which init names
+    request = InitRequest(model_path=str(LLAMA_70B), gpu="NVIDIA L20", gpu_memory_gb=48.0)
+    with pytest.raises(UserError, match=r"\(--tp-size 4 fits\)"):
+        write_space(request, tmp_path / "l20.yaml")

@@ -27,6 +27,18 @@ GIB = 1024**3
 JOINT_SOLVE_SINCE = (0, 5, 23)
 # With speculative decoding and no --max-running-requests, sglang sets 48 before sizing memory.
 SPEC_DEFAULT_MAX_RUNNING = 48
+# sglang 0.5.23's defaults by GPU memory in GiB (`arg_groups/memory_hook.py`,
+# `_handle_gpu_memory_settings`): (below this many GiB, prefill chunk, decode graph limit at
+# tp < 4, at tp >= 4); 16,384 and 512 above the last.
+_GPU_DEFAULTS = (
+    (20, 2048, 8, 8),
+    (35, 4096, 48, 160),
+    (60, 4096, 32, 160),
+    (90, 8192, 256, 512),
+    (160, 8192, 256, 512),
+)
+# How far from a bucket's edge the GPU's reported memory must be to trust the bucket.
+_EDGE = 0.03
 # Requests the request-to-token pool of a plain model holds at most.
 MAX_REQ_POOL = 4096
 
@@ -176,3 +188,24 @@ def plan_pools(
         planner, rest_bytes, reserve, slots, slot_ratio, state_pool, max(rest, 0.0), kv_tokens,
         running,
     )  # fmt: skip
+
+
+def gpu_defaults(gpu_memory_gb: float, tp_size: int = 1) -> tuple[int, int]:
+    """(chunked_prefill_size, decode CUDA-graph limit) sglang 0.5.23 picks when they are unset,
+    by one GPU's memory in GB (1e9 bytes, as the tuner reads it; sglang compares MiB)."""
+    gib = gpu_memory_gb * 1e9 / GIB
+    for edge, chunk, small, large in _GPU_DEFAULTS:
+        if gib < edge:
+            return chunk, small if tp_size < 4 else large
+    return 16384, 512
+
+
+def default_graph_limit(gpu_memory_gb: float | None, tp_size: int) -> int | None:
+    """sglang's decode graph limit when unset; None when the memory is unknown or too close to
+    a bucket's edge to trust the bucket."""
+    if gpu_memory_gb is None:
+        return None
+    gib = gpu_memory_gb * 1e9 / GIB
+    if any(abs(gib - edge) <= _EDGE * edge for edge, *_ in _GPU_DEFAULTS):
+        return None
+    return gpu_defaults(gpu_memory_gb, tp_size)[1]

@@ -309,14 +309,13 @@ def _fits(model: ModelFacts, gpu: GpuFacts, flags: dict[str, Any]) -> bool:
 
 
 def _fitting_tp(model: ModelFacts, gpu: GpuFacts) -> int | None:
-    """The fewest GPUs (2, 4 or 8) over which the model fits at the highest fraction."""
+    """The fewest GPUs (2, 4 or 8) over which the model fits at some fraction up to 0.95."""
+    fractions = [round(MEM_FRACTION_HIGH - 0.01 * i, 2) for i in range(36)]  # 0.95 .. 0.60
     for tp in (2, 4, 8):
         wider = replace(gpu, count=tp)
-        if (
-            tp > gpu.count
-            and not model.memory.tensor_parallel_problem(tp)
-            and _fits(model, wider, {"mem_fraction_static": MEM_FRACTION_HIGH})
-        ):
+        if tp <= gpu.count or model.memory.tensor_parallel_problem(tp):
+            continue
+        if any(_fits(model, wider, {"mem_fraction_static": f}) for f in fractions):
             return tp
     return None
 

@@ -49,6 +49,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tuner.engines.memory_plan import gpu_defaults
 from tuner.engines.model_config import ModelMemory
 from tuner.predict.gpu_specs import GpuSpec, provisional_span
 from tuner.predict.memory import MemoryEstimate, estimate_memory, tensor_parallel
@@ -59,10 +60,6 @@ from tuner.results.goals import is_capacity
 from tuner.space.model import SearchSpace
 
 GB = 1e9
-# sglang's defaults on GPUs of 90-160 GB when the flags are not given (docs/sglang-memory.md):
-# the largest batch with a captured decode CUDA graph, and the prefill chunk.
-DEFAULT_GRAPH_BS = 256
-DEFAULT_CHUNK = 8192
 # An EAGLE / STANDALONE draft whose size config.json does not give: one decoder layer of a
 # 40-layer model, an assumption (MTP heads are read from config.json).
 UNKNOWN_DRAFT_SHARE = 1 / 40
@@ -249,6 +246,10 @@ class Estimator:
 
     # -- prediction ---------------------------------------------------------------------------
 
+    def _defaults(self, flags: Mapping[str, Any]) -> tuple[int, int]:
+        """sglang's prefill chunk and decode graph limit when the flags leave them unset."""
+        return gpu_defaults(self.gpu_memory_gb, tensor_parallel(flags))
+
     def _memory(self, flags: Mapping[str, Any]) -> MemoryEstimate:
         """sglang's memory plan for these flags, computed once per configuration."""
         key = tuple(sorted((k, str(v)) for k, v in flags.items()))
@@ -312,7 +313,7 @@ class Estimator:
                 # mid-prompt (a system prompt) is not found again; a conversation's history is.
                 hit_tokens = min(hit_tokens, shape.request_end_shareable * kept)
         new_tokens = max(shape.prompt - hit_tokens, 1.0)
-        chunk = float(flags.get("chunked_prefill_size") or DEFAULT_CHUNK)
+        chunk = float(flags.get("chunked_prefill_size") or self._defaults(flags)[0])
         chunks = math.ceil(new_tokens / chunk)
         weights = model.weight_bytes
         chunk_weights = weights_read(model, min(new_tokens, chunk))
@@ -445,7 +446,7 @@ class Estimator:
         graph_bs = int(
             flags.get("cuda_graph_max_bs_decode")
             or flags.get("cuda_graph_max_bs")
-            or DEFAULT_GRAPH_BS
+            or self._defaults(flags)[1]
         )
         out.append(("beyond_cuda_graphs", repr(prediction.running > graph_bs)))
         return out

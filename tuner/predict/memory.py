@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.engines.memory_plan import mamba_slot_ratio, plan_pools
+from tuner.engines.memory_plan import gpu_defaults, mamba_slot_ratio, plan_pools
 from tuner.engines.model_config import ModelMemory
 
 __all__ = ["MemoryEstimate", "ModelMemory", "estimate_memory"]
@@ -86,10 +86,14 @@ def estimate_memory(
         return MemoryEstimate(False, "startup_rule", problem, 0.0, 0, 0, 0.0, 0.0)
     model = model.sharded(tp)  # one GPU's share: every figure below is per GPU
     spec = bool(flags.get("speculative_algorithm"))
-    chunked = int(flags.get("chunked_prefill_size") or 8192)
+    # sglang's own choices when unset, by the GPU's memory and the tensor-parallel size
+    default_chunk, default_graph_bs = gpu_defaults(gpu_memory_gb, tp)
+    chunked = int(flags.get("chunked_prefill_size") or default_chunk)
     if chunked < 0:
-        chunked = 8192
-    graph_bs = int(flags.get("cuda_graph_max_bs_decode") or flags.get("cuda_graph_max_bs") or 256)
+        chunked = default_chunk
+    graph_bs = int(
+        flags.get("cuda_graph_max_bs_decode") or flags.get("cuda_graph_max_bs") or default_graph_bs
+    )
     mfs_flag = flags.get("mem_fraction_static")
     mfs = (
         float(mfs_flag)

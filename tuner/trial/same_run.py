@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.bench.workload import WorkloadSpec, longest_request
+from tuner.engines.memory_plan import default_graph_limit
 from tuner.engines.model_config import ModelMemory
 from tuner.errors import UserError
 from tuner.space.model import SearchSpace
@@ -58,11 +59,6 @@ _LABELS = {
     HOST: "HiCache host ratio",
 }
 GIB = 1024**3
-# sglang's default decode graph limit by GPU memory in GiB (`arg_groups/memory_hook.py`), tp < 4
-# and tp >= 4: under 20: 8, 35: 48 (160), 60: 32 (160), 90: 256 (512), 160: 256 (512), else 512.
-_DEFAULT_GRAPH_BS = ((20, 8, 8), (35, 48, 160), (60, 32, 160), (90, 256, 512), (160, 256, 512))
-# How far from a bucket's edge the GPU's reported memory must be to trust the bucket.
-_EDGE = 0.03
 # Graph and activation reserve per unit of decode graph limit, with the fraction unset (MiB).
 _GRAPH_RESERVE_MIB = 2
 # Slack on the token bound: page rounding and what the bound may miss.
@@ -82,20 +78,6 @@ def decode_graph_sizes_from(clients: int) -> int:
     """The smallest listed batch size >= `clients` (what a limit must reach for batches of up to
     `clients` to pad as under any larger limit)."""
     return next(s for s in decode_graph_list(max(clients, 1) + 512) if s >= clients)
-
-
-def default_graph_limit(gpu_memory_gb: float | None, tp_size: int) -> int | None:
-    """sglang's decode graph limit when unset, by the GPU's memory in GB (1e9 bytes, as the
-    tuner reads it; sglang compares MiB); None when unknown or too close to a bucket's edge."""
-    if gpu_memory_gb is None:
-        return None
-    gib = gpu_memory_gb * 1e9 / GIB
-    for edge, small, large in _DEFAULT_GRAPH_BS:
-        if abs(gib - edge) <= _EDGE * edge:
-            return None
-        if gib < edge:
-            return small if tp_size < 4 else large
-    return 512
 
 
 def resident_token_bound(workload: WorkloadSpec, warmup: int, clients: int) -> int | None:
