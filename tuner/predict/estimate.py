@@ -29,6 +29,8 @@ The model (a closed loop of C clients; `running` requests decode together, the o
     accepted  = 1 + p1 + p1 p2 + ... over the draft steps (speculation)
     prefill   = uncached prompt tokens x 2 x params / (peak x prefill fraction), per request,
                 + hits beyond the device pool loaded from host memory (HiCache)
+    tensor    = with `tp_size` N, each GPU's share of weights, KV and state, and two all-reduces
+                a layer per forward (`communication`)
     cycle     = running x prefill + output / accepted x step       (GPU time for `running` requests)
     output/s  = running x output / cycle;  TPOT = cycle / output
     TTFT      = the step under way + prefill, + ceil(waiting / running) x cycle for a request that
