@@ -377,3 +377,19 @@ def test_the_fabric_world_pays_more_for_all_reduces_and_puts_the_tpot_limit_insi
     # the shipped H100 profile, by more with the larger batch's larger all-reduces.
     assert mid.slo_values[1] > 1.1 * mid_shipped.slo_values[1]
     assert full.throughput < full_shipped.throughput
+
+
+def test_the_bridge_world_sends_all_reduces_over_pcie_and_puts_the_tpot_limit_inside(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    base = {"mem_fraction_static": 0.85, "schedule_policy": "fcfs", "chunked_prefill_size": 8192}
+    (few, _), (mid, mid_shipped), (full, full_shipped) = _in_world_and_shipped(
+        HELDOUT / "qwen30b-h100x2-chat.yaml",
+        *({**base, "max_running_requests": cap} for cap in (16, 40, 64)),
+    )
+    # Qwen3-30B-A3B over two H100s: 40 running meet both limits; all 64 (sglang's defaults)
+    # break the 19 ms p99 TPOT, 16 leave clients queued past 6 s
+    assert mid.feasible and not full.feasible and not few.feasible, (few, mid, full)
+    assert mid.slo_values[1] < 19 < full.slo_values[1] and few.slo_values[0] > 6000
+    # all-reduces over PCIe (19 us, 12 GB/s) cost every step more than NVLink's, more at 64
+    assert mid.slo_values[1] > 1.1 * mid_shipped.slo_values[1]
+    assert full.throughput < full_shipped.throughput
