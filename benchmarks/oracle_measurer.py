@@ -66,6 +66,7 @@ from tuner.bench.metrics import summarize
 from tuner.bench.workload import WorkloadSpec
 from tuner.engines import sglang as engine
 from tuner.launcher import LaunchError
+from tuner.sim.config import served_model
 from tuner.sim.oracle import OracleResult, build, predict
 from tuner.sim.profiles import load_model
 from tuner.space.model import SearchSpace
@@ -293,13 +294,8 @@ class OracleMeasurer:
     def __post_init__(self) -> None:
         if self.oracle is None:
             self.oracle = OracleCache(self.space)
-        # the model the simulator serves: the space's sim: model, else the checkpoint's
-        # config.json at model_path (as `tuner.sim.config.resolve` finds it)
-        named = (self.space.sim or {}).get("model")
-        path = self.space.model_path
-        if not named and path and (Path(path) / "config.json").is_file():
-            named = path
-        model = load_model(named)
+        # the model the simulator serves: the space's sim: model, else model_path's config.json
+        model = load_model(served_model((self.space.sim or {}).get("model"), self.space.model_path))
         # a tensor-parallel server's GPUs load their shares of the weights at once
         self._tp = max(1, int(self.space.fixed_flags.get("tp_size") or 1))
         self._weight_bytes = model.weight_bytes / self._tp

@@ -63,6 +63,13 @@ def _in_world_and_shipped(path: Path, *configs: dict[str, Any]) -> list[tuple[An
     return [(held.of_params(c)[1], shipped.of_params(c)[1]) for c in configs]
 
 
+def _at_caps(cell: str, base: dict[str, Any], *caps: int) -> list[tuple[Any, Any]]:
+    """`base` at each running cap, in the cell's world and on the shipped profiles."""
+    return _in_world_and_shipped(
+        HELDOUT / cell, *({**base, "max_running_requests": cap} for cap in caps)
+    )
+
+
 def test_the_kernels_world_changes_what_the_simulator_measures(monkeypatch):
     monkeypatch.chdir(ROOT)
     params = {
@@ -319,9 +326,8 @@ def test_the_documents_world_outgrows_the_kv_pool_and_hicache_pays(monkeypatch):
 def test_the_experts_world_puts_the_tpot_limit_inside_the_running_caps_range(monkeypatch):
     monkeypatch.chdir(ROOT)
     base = {"mem_fraction_static": 0.9, "schedule_policy": "fcfs", "chunked_prefill_size": 4096}
-    (few, few_shipped), (mid, mid_shipped), (full, full_shipped) = _in_world_and_shipped(
-        HELDOUT / "qwen30b-moe-h100-chat.yaml",
-        *({**base, "max_running_requests": cap} for cap in (16, 32, 48)),
+    (few, few_shipped), (mid, mid_shipped), (full, full_shipped) = _at_caps(
+        "qwen30b-moe-h100-chat.yaml", base, 16, 32, 48
     )
     # A decode step reads the experts its batch is routed to: the p99 TPOT grows 1.7x from 16
     # running to 48 (16.5 -> 28.4 ms), so the 25 ms limit falls inside the cap's range, and
@@ -345,9 +351,8 @@ def test_the_router_world_touches_fewer_experts_and_puts_64_running_past_the_tpo
         "chunked_prefill_size": 8192,
         "enable_hierarchical_cache": False,
     }
-    (two, two_shipped), (mid, mid_shipped), (full, full_shipped) = _in_world_and_shipped(
-        HELDOUT / "mixtral-h200-rag.yaml",
-        *({**base, "max_running_requests": cap} for cap in (2, 48, 64)),
+    (two, two_shipped), (mid, mid_shipped), (full, full_shipped) = _at_caps(
+        "mixtral-h200-rag.yaml", base, 2, 48, 64
     )
     # Mixtral-8x7B from its config.json alone (no simulator profile): sglang's defaults run all
     # 64 clients, 52.0 ms of p99 TPOT here against 48.3 on the shipped H200, past the 50 ms limit.
@@ -364,9 +369,8 @@ def test_the_router_world_touches_fewer_experts_and_puts_64_running_past_the_tpo
 def test_the_fabric_world_pays_more_for_all_reduces_and_puts_the_tpot_limit_inside(monkeypatch):
     monkeypatch.chdir(ROOT)
     base = {"mem_fraction_static": 0.9, "schedule_policy": "fcfs", "chunked_prefill_size": 8192}
-    (mid, mid_shipped), (more, _), (full, full_shipped) = _in_world_and_shipped(
-        HELDOUT / "llama70b-h100x4-chat.yaml",
-        *({**base, "max_running_requests": cap} for cap in (32, 40, 48)),
+    (mid, mid_shipped), (more, _), (full, full_shipped) = _at_caps(
+        "llama70b-h100x4-chat.yaml", base, 32, 40, 48
     )
     # Llama-3.3-70B over 4 H100s: 32 running meet the 26 ms p99 TPOT limit, 40 and all 48 do
     # not (sglang's defaults run all 48), and fewer than 48 queue clients past init's 3 s.
@@ -382,9 +386,8 @@ def test_the_fabric_world_pays_more_for_all_reduces_and_puts_the_tpot_limit_insi
 def test_the_bridge_world_sends_all_reduces_over_pcie_and_puts_the_tpot_limit_inside(monkeypatch):
     monkeypatch.chdir(ROOT)
     base = {"mem_fraction_static": 0.85, "schedule_policy": "fcfs", "chunked_prefill_size": 8192}
-    (few, _), (mid, mid_shipped), (full, full_shipped) = _in_world_and_shipped(
-        HELDOUT / "qwen30b-h100x2-chat.yaml",
-        *({**base, "max_running_requests": cap} for cap in (16, 40, 64)),
+    (few, _), (mid, mid_shipped), (full, full_shipped) = _at_caps(
+        "qwen30b-h100x2-chat.yaml", base, 16, 40, 64
     )
     # Qwen3-30B-A3B over two H100s: 40 running meet both limits; all 64 (sglang's defaults)
     # break the 19 ms p99 TPOT, 16 leave clients queued past 6 s

@@ -123,16 +123,16 @@ def test_init_writes_the_tensor_parallel_size_and_names_the_one_that_fits(tmp_pa
 
 
 def test_init_notes_a_default_slo_that_no_configuration_comes_near(tmp_path):
-    from tuner.init.command import reach_note
+    from tuner.init.command import written_space
 
     # 32 clients asking questions on 4,096-token documents of a 70B model on two H200s: each
     # first prefill takes about half a second, so init's 5 s p99 TTFT is out of reach (the
     # simulator's best is about 9 s); a chat space over four H100s is well within its 3 s
     rag = InitRequest(model_path=str(LLAMA_70B), gpu="h200", workload="rag", tp_size=2)
-    note = reach_note(rag, write_space(rag, tmp_path / "rag.yaml"))
+    note = written_space(rag, tmp_path / "rag.yaml").note
     assert note is not None and "p99_ttft_ms ~" in note and "against 5,000" in note, note
     chat = InitRequest(model_path=str(LLAMA_70B), gpu="h100", workload="chat", tp_size=4)
-    assert reach_note(chat, write_space(chat, tmp_path / "chat.yaml")) is None
+    assert written_space(chat, tmp_path / "chat.yaml").note is None
 
 
 def test_sglangs_chunk_and_graph_defaults_follow_the_gpus_memory_and_the_tp_size(tmp_path):

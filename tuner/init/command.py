@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,14 +12,31 @@ from tuner.errors import UserError
 
 if TYPE_CHECKING:  # the command line imports this module at start; the rest loads when init runs
     from tuner.init.write import InitRequest
+    from tuner.space.model import SearchSpace
+
+
+@dataclass(frozen=True)
+class WrittenSpace:
+    path: Path
+    space: SearchSpace  # loaded back as `tuner optimize` will load it
+    note: str | None  # the estimate's word on the SLOs' reach (tuner/init/reach.py), if asked
 
 
 def write_space(request: InitRequest, out: Path | None, force: bool = False) -> Path:
-    """Write the space for `request` (to `out`, default ./<name>.yaml) and check it loads.
+    """Write the space for `request` (to `out`, default ./<name>.yaml) and check it loads."""
+    return written_space(request, out, force, reach=False).path
+
+
+def written_space(
+    request: InitRequest, out: Path | None, force: bool = False, reach: bool = True
+) -> WrittenSpace:
+    """Write the space for `request`, load it back and (`reach`) ask the estimate whether its
+    SLOs are within reach, from the facts read once.
 
     The space loads as `tuner optimize` will load it: the release's parser snapshot, the
     ranges, the workload; a failure there is a bug of init's, reported with the file."""
     from tuner.init.facts import read_gpu, read_host, read_model, sglang_version
+    from tuner.init.reach import unreachable_note
     from tuner.init.write import space_name, space_text
     from tuner.space.load import load_space
 
@@ -32,19 +50,9 @@ def write_space(request: InitRequest, out: Path | None, force: bool = False) -> 
         raise UserError(f"{path} exists: give another -o FILE, or --force to overwrite it")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
-    load_space(path)  # the parser snapshot, the ranges, the workload: as optimize will
-    return path
-
-
-def reach_note(request: InitRequest, path: Path) -> str | None:
-    """What the estimate says of the written space's SLOs (tuner/init/reach.py)."""
-    from tuner.init.facts import read_gpu, read_model
-    from tuner.init.reach import unreachable_note
-    from tuner.space.load import load_space
-
-    model = read_model(request.model_path)
-    gpu = read_gpu(request.gpu, request.gpu_memory_gb, request.tp_size)
-    return unreachable_note(load_space(path), model.memory, gpu)
+    space = load_space(path)  # the parser snapshot, the ranges, the workload: as optimize will
+    note = unreachable_note(space, model.memory, gpu) if reach else None
+    return WrittenSpace(path, space, note)
 
 
 def init_command(
@@ -95,12 +103,10 @@ def init_command(
         name=name,
         tp_size=tp_size,
     )
-    from tuner.space.load import load_space
-
-    path = write_space(request, out, force)
-    typer.echo(f"wrote {path}")
-    note = reach_note(request, path)
-    if note:
-        typer.echo(note)
-    typer.echo(f"tuning: {', '.join(load_space(path).params)} (each commented in the file)")
+    written = written_space(request, out, force)
+    typer.echo(f"wrote {written.path}")
+    if written.note:
+        typer.echo(written.note)
+    typer.echo(f"tuning: {', '.join(written.space.params)} (each commented in the file)")
+    path = written.path
     typer.echo(f"next: tuner optimize --space {path} --dry-run   (the cost, nothing launched)")

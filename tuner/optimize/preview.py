@@ -81,7 +81,7 @@ def first_configurations(run: Run, count: int = 6) -> list[Proposal]:
 
 def _check(run: Run, tuned: dict[str, Any]) -> tuple[list[str], str | None]:
     space, model, gpu_memory_gb = run.space, run.host.model, run.host.gpu_memory_gb
-    flags = {"model_path": space.model_path, **space.fixed_flags, **run.extra_flags, **tuned}
+    flags = {"model_path": space.model_path, **space.fixed_flags, **tuned}
     version = space.engine_version
     try:
         argv = engine.build_server_args(flags, version)

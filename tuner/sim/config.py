@@ -237,15 +237,19 @@ def resolve(args: ServerArgs) -> SimConfig:
     path = args.sim_profile_overrides
     overrides = load_overrides(path)
     hardware = load_hardware(args.sim_hardware, overrides.get("hardware"), f"{path}: hardware")
-    model_name = args.sim_model
-    if not model_name and args.model_path and _is_hf_dir(args.model_path):
-        model_name = args.model_path
+    model_name = served_model(args.sim_model, args.model_path)
     model = load_model(model_name, overrides.get("model"), f"{path}: model")
     return resolve_with(args, hardware, model)
 
 
-def _is_hf_dir(path: str) -> bool:
-    return (Path(path) / "config.json").is_file()
+def served_model(sim_model: str | None, model_path: str | None) -> str | None:
+    """The model profile the simulator serves: `--sim-model`, else a `--model-path` folder that
+    holds a config.json, else None (the default profile)."""
+    if sim_model:
+        return sim_model
+    if model_path and (Path(model_path) / "config.json").is_file():
+        return model_path
+    return None
 
 
 def resolve_with(args: ServerArgs, hardware: HardwareProfile, model: ModelProfile) -> SimConfig:

@@ -23,7 +23,7 @@ these values only tell the sampler where the default configuration sits.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from tuner.engines.model_config import ModelMemory
@@ -96,12 +96,12 @@ def default_trial_params(
     space: SearchSpace,
     model_memory: ModelMemory | None,
     gpu_gb: float | None,
-    extra_flags: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """sglang's defaults as the space's params, with the memory estimate's automatic values
-    when the model's memory and the GPU's size are known (`extra_flags`: e.g. `--tp-size`)."""
+    when the model's memory and the GPU's size are known (the space's fixed flags, a
+    tensor-parallel size among them, included)."""
     estimate = None
     if model_memory is not None and gpu_gb:
-        flags = {**space.fixed_flags, **(extra_flags or {})}
+        flags = dict(space.fixed_flags)
         estimate = estimate_memory(flags, model_memory, gpu_gb, version=space.engine_version)
     return baseline_params(space, estimate)

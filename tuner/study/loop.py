@@ -172,9 +172,7 @@ def open_study(
         study.sampler = make_sampler(options.sampler, space, seed)
         ensure_study_attrs(study, run)
         recover_abandoned(study, options.heartbeat_s, on_event=on_event, storage=storage)
-        queue_baseline_and_retries(
-            study, lambda: default_trial_params(space, *_memory(run), run.extra_flags)
-        )
+        queue_baseline_and_retries(study, lambda: default_trial_params(space, *_memory(run)))
     return study, storage
 
 
@@ -202,7 +200,6 @@ def run_study(run: Run, on_event: EventHook | None = None) -> StudySummary:
             model_memory=model_memory,
             gpu_memory_gb=gpu_gb,
             on_event=on_event,
-            extra_flags=run.extra_flags,
         )
     )
     if on_event:

@@ -43,11 +43,6 @@ class Run:
     def study_name(self) -> str:
         return self.options.study_name or self.space.name
 
-    @property
-    def extra_flags(self) -> dict[str, Any]:
-        """Flags every launch passes besides the space's own (`--tp-size` of `--gpus`)."""
-        return {"tp_size": self.options.tp_size} if self.options.tp_size > 1 else {}
-
     def for_worker(self, gpus: str | None, seed: int | None) -> Run:
         """The same run on another GPU group, with another seed (tuner/study/workers.py)."""
         options = replace(self.options, gpus=gpus, seed=seed)

@@ -49,7 +49,6 @@ class ObjectiveConfig:
     model_memory: ModelMemory | None = None
     gpu_memory_gb: float | None = None
     on_event: EventHook | None = None
-    extra_flags: dict[str, Any] = field(default_factory=dict)  # e.g. tp_size from --tp-size
     measurer: Measurer | None = None  # None: launch the server and benchmark it over HTTP
 
 
@@ -178,7 +177,6 @@ class TrialObjective:
         flags: dict[str, Any] = {
             "model_path": space.model_path,
             **space.fixed_flags,
-            **self.config.extra_flags,
             **tuned,
         }
         trial.set_user_attr(record.IS_DEFAULT, is_default)
