@@ -200,6 +200,29 @@ def gpu_defaults(gpu_memory_gb: float, tp_size: int = 1) -> tuple[int, int]:
     return 16384, 512
 
 
+# Bytes a K or V element takes in sglang 0.5.23's KV pool by --kv-cache-dtype ("auto": the
+# model's dtype): the dtype's element size (srt/mem_cache/kv_cache_dtype.py 49-90), mxfp8's
+# block scales (one byte per 32 elements, srt/model_executor/pool_configurator.py 524-528),
+# and the fp4 recipes' half byte plus one fp8 scale per 16 elements
+# (srt/layers/quantization/fp4_kv_cache_quant_method.py, `compute_cell_size`: the linear
+# scales only, so a lower bound where a backend keeps both layouts).
+KV_ELEMENT_BYTES = {
+    "fp8_e5m2": 1.0,
+    "fp8_e4m3": 1.0,
+    "mxfp8": 1.0 + 1 / 32,
+    "bf16": 2.0,
+    "bfloat16": 2.0,
+    "nvfp4": 0.5 + 1 / 16,
+    "fp4_mx_block16": 0.5 + 1 / 16,
+}
+
+
+def kv_element_bytes(kv_cache_dtype: str | None, model_dtype_bytes: float) -> float:
+    """Bytes of one K or V element in the KV pool under `--kv-cache-dtype` (None or "auto":
+    the model's own, `model_dtype_bytes`)."""
+    return KV_ELEMENT_BYTES.get(str(kv_cache_dtype or "auto"), float(model_dtype_bytes))
+
+
 def default_graph_limit(gpu_memory_gb: float | None, tp_size: int) -> int | None:
     """sglang's decode graph limit when unset; None when the memory is unknown or too close to
     a bucket's edge to trust the bucket."""

@@ -24,6 +24,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tuner.engines.memory_plan import kv_element_bytes
+
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1}
 # Model types whose transformers config class ties the output embedding to the input one when
 # config.json does not say (transformers 5.19, models/<type>/configuration_<type>.py:
@@ -72,6 +74,9 @@ class ModelMemory:
     kv_heads: int = 0
     layers: int = 0
     hidden_bytes: float = 0.0
+    # The bytes of a K or V element the KV figures above count (the model's dtype); a
+    # --kv-cache-dtype rescales them (`with_kv_cache_dtype`).
+    kv_element_bytes: float = 2.0
 
     @property
     def hybrid(self) -> bool:
@@ -93,6 +98,21 @@ class ModelMemory:
             draft_bytes=self.draft_bytes / tp,
             draft_kv_bytes_per_token=self.draft_kv_bytes_per_token * kv_share,
             expert_bytes=self.expert_bytes / tp,
+        )
+
+    def with_kv_cache_dtype(self, kv_cache_dtype: str | None) -> ModelMemory:
+        """The model with its KV (and the MTP layers' KV beside it, which sglang keeps in the
+        same pool) stored as `--kv-cache-dtype` says (tuner/engines/memory_plan.py
+        `kv_element_bytes`)."""
+        width = kv_element_bytes(kv_cache_dtype, self.kv_element_bytes)
+        if width == self.kv_element_bytes:
+            return self
+        scale = width / self.kv_element_bytes
+        return replace(
+            self,
+            kv_bytes_per_token=self.kv_bytes_per_token * scale,
+            draft_kv_bytes_per_token=self.draft_kv_bytes_per_token * scale,
+            kv_element_bytes=width,
         )
 
     def tensor_parallel_problem(self, tp: int) -> str | None:
@@ -307,6 +327,7 @@ def _memory_from_config(
         kv_heads=kv_heads,
         layers=int(cfg["num_hidden_layers"]),
         hidden_bytes=float(int(cfg["hidden_size"]) * dtype_bytes),
+        kv_element_bytes=float(dtype_bytes),
     )
 
 

@@ -84,6 +84,12 @@ def init_command(
     tp_size: int = typer.Option(
         1, "--tp-size", min=1, help="GPUs one server spans (tensor parallelism), e.g. 4 for a 70B."
     ),
+    kv_cache_dtype: str | None = typer.Option(
+        None,
+        "--kv-cache-dtype",
+        help="KV cache dtype, or several to choose from: 'auto,fp8_e4m3' (default: sglang's "
+        "auto, the model's dtype). An 8-bit cache can cost accuracy.",
+    ),
     name: str | None = typer.Option(None, "--name", help="Space (and study) name."),
     out: Path | None = typer.Option(None, "-o", "--out", help="File to write (./<name>.yaml)."),
     force: bool = typer.Option(False, "--force", help="Overwrite the file."),
@@ -102,6 +108,11 @@ def init_command(
         host_ram_gb=host_ram_gb,
         name=name,
         tp_size=tp_size,
+        kv_cache_dtypes=tuple(
+            dict.fromkeys(
+                part.strip() for part in (kv_cache_dtype or "").split(",") if part.strip()
+            )
+        ),
     )
     written = written_space(request, out, force)
     typer.echo(f"wrote {written.path}")

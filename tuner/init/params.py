@@ -22,9 +22,11 @@ release's parser lacks is left out, and renamed flags say what they are passed a
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tuner.engines.memory_plan import kv_element_bytes
 from tuner.engines.sglang import RENAMED_FLAGS, build_server_args, load_snapshot
 from tuner.errors import UserError
 from tuner.init.facts import GB, HOST_RAM_RESERVE_GB, GpuFacts, HostFacts, ModelFacts
@@ -57,9 +59,15 @@ def plan_params(
     concurrency: int,
     version: str,
     draft_model: str | None = None,
+    kv_cache_dtypes: Sequence[str] = (),
 ) -> Plan:
     params: list[Param] = []
     notes: list[str] = []
+    if kv_cache_dtypes:
+        # the bounds below hold for every choice: planned with the widest KV (smallest pool)
+        own = model.memory.kv_element_bytes
+        widest = max(kv_cache_dtypes, key=lambda name: kv_element_bytes(name, own))
+        model = replace(model, memory=model.memory.with_kv_cache_dtype(widest))
     problem = model.memory.tensor_parallel_problem(gpu.count)
     if problem:
         raise UserError(f"{model.model_path}: {problem}; choose another --tp-size")
@@ -140,7 +148,32 @@ def plan_params(
             ["Prefill chunk: larger chunks prefill faster but stall running decodes longer."],
         )
     )
+    if len(kv_cache_dtypes) > 1:
+        params.append(_kv_cache_dtype(kv_cache_dtypes))
     return _for_version(Plan(params, notes), version)
+
+
+def _kv_cache_dtype(dtypes: Sequence[str]) -> Param:
+    return Param(
+        "kv_cache_dtype",
+        {"choices": list(dtypes)},
+        [
+            "How the KV cache is stored (--kv-cache-dtype, as given to init): auto is the",
+            "model's dtype; an 8-bit cache (fp8_e4m3, fp8_e5m2) takes half the bytes a token,",
+            "so the pool holds twice the tokens and a decode step reads half the KV. It can",
+            "cost accuracy, which no throughput figure shows: check the pick on your evals.",
+        ],
+    )
+
+
+def kv_cache_dtypes_problem(dtypes: Sequence[str], version: str) -> str | None:
+    """Why sglang `version` would refuse one of `dtypes` (None when it takes them all)."""
+    refused = [name for name in dtypes if not _accepted("kv_cache_dtype", name, version)]
+    if not refused:
+        return None
+    option = load_snapshot(version).option("kv_cache_dtype")
+    known = ", ".join(option.choices or ()) if option is not None else "none"
+    return f"{', '.join(refused)}: sglang {version} takes {known}"
 
 
 def _speculation(model: ModelFacts, draft_model: str | None) -> list[Param]:

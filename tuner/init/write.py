@@ -70,6 +70,8 @@ class InitRequest:
     host_ram_gb: float | None = None
     name: str | None = None
     tp_size: int = 1  # GPUs one server spans
+    # --kv-cache-dtype: one is a fixed flag, several a choice of the space; none: sglang's auto
+    kv_cache_dtypes: tuple[str, ...] = ()
 
 
 def workload_template(choice: str) -> tuple[dict[str, Any], int, str, str]:
@@ -136,13 +138,19 @@ def space_text(
     version: str,
     version_source: str,
 ) -> str:
-    from tuner.init.params import plan_params  # numpy, optuna: only when init runs
+    from tuner.init.params import kv_cache_dtypes_problem, plan_params  # numpy, optuna
 
     workload, concurrency, default_slo, story = workload_template(request.workload)
     workload, shortened = fit_context(workload, model.context_length)
     if shortened:
         story += f" Shortened for this model: {shortened}."
-    plan = plan_params(model, gpu, host, workload, concurrency, version, request.draft_model)
+    dtypes = request.kv_cache_dtypes
+    problem = kv_cache_dtypes_problem(dtypes, version)
+    if problem:
+        raise UserError(f"--kv-cache-dtype {problem}")
+    plan = plan_params(
+        model, gpu, host, workload, concurrency, version, request.draft_model, dtypes
+    )
     name = request.name or space_name(model, gpu, request.workload)
     slos = list(request.slos) or [default_slo]
     lines = _header(request, model, gpu, host, version, version_source, plan)
@@ -155,6 +163,8 @@ def space_text(
     ]
     if gpu.count > 1:
         lines.append(f"  tp_size: {gpu.count}  # tensor parallelism: each server spans {gpu.label}")
+    if len(dtypes) == 1 and dtypes[0] != "auto":
+        lines.append(f"  kv_cache_dtype: {dtypes[0]}  # as given to init: the KV pool's dtype")
     lines += _sim_lines(model, gpu)
     lines += ["", "params:"]
     for param in plan.params:

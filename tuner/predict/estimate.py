@@ -213,6 +213,7 @@ class Estimator:
             "disable_overlap_schedule",
             "cuda_graph_max_bs_decode",
             "cuda_graph_max_bs",
+            "kv_cache_dtype",
         }
     )
 
@@ -273,7 +274,9 @@ class Estimator:
             return Prediction(False, 0.0, math.inf, math.inf, 0, 1.0)
         spec = bool(flags.get("speculative_algorithm"))
         tp = tensor_parallel(flags)
-        model = self.model.sharded(tp)  # one GPU's share; the GPUs run in step
+        # one GPU's share (the GPUs run in step), its KV as --kv-cache-dtype stores it: fewer
+        # bytes a token for the pool, the decode step's reads and HiCache's copies alike
+        model = self.model.sharded(tp).with_kv_cache_dtype(flags.get("kv_cache_dtype"))
         params = self.params / tp
 
         def talk(tokens: float) -> float:

@@ -84,7 +84,8 @@ def estimate_memory(
     problem = model.tensor_parallel_problem(tp)
     if problem:
         return MemoryEstimate(False, "startup_rule", problem, 0.0, 0, 0, 0.0, 0.0)
-    model = model.sharded(tp)  # one GPU's share: every figure below is per GPU
+    # one GPU's share, its KV as --kv-cache-dtype stores it: every figure below is per GPU
+    model = model.sharded(tp).with_kv_cache_dtype(flags.get("kv_cache_dtype"))
     spec = bool(flags.get("speculative_algorithm"))
     # sglang's own choices when unset, by the GPU's memory and the tensor-parallel size
     default_chunk, default_graph_bs = gpu_defaults(gpu_memory_gb, tp)

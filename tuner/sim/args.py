@@ -29,7 +29,12 @@ MAMBA_STRATEGIES_OLD = ("auto", "no_buffer", "extra_buffer")
 HICACHE_WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
 HICACHE_IO_BACKENDS = ("direct", "kernel")
 HICACHE_MEM_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
-KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1")
+# --kv-cache-dtype's choices: 0.5.23 (server_args' choices; srt/mem_cache/kv_cache_dtype.py
+# 49-90) and the older 0.5.x releases (one fp4 recipe, fp4_e2m1).
+KV_CACHE_DTYPES_NEW = (
+    "auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16",
+)  # fmt: skip
+KV_CACHE_DTYPES_OLD = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1")
 MAMBA_SSM_DTYPES = ("float32", "bfloat16", "float16")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -167,7 +172,10 @@ def build_parser(generation: str = "both") -> argparse.ArgumentParser:
     a("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
     a("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1)
     a("--dtype", type=str, default="auto")
-    a("--kv-cache-dtype", type=str, default="auto", choices=KV_CACHE_DTYPES)
+    dtypes = {"new": KV_CACHE_DTYPES_NEW, "old": KV_CACHE_DTYPES_OLD}.get(
+        generation, tuple(dict.fromkeys(KV_CACHE_DTYPES_NEW + KV_CACHE_DTYPES_OLD))
+    )
+    a("--kv-cache-dtype", type=str, default="auto", choices=dtypes)
     a("--context-length", type=int)
     a("--trust-remote-code", action="store_true")
     a("--mem-fraction-static", type=float)

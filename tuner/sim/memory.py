@@ -227,8 +227,8 @@ def plan_memory(config: SimConfig) -> MemoryPlan:
     kv_per_token = model.kv_bytes_per_token(config.kv_dtype_bytes)
     if spec is not None and spec.uses_mtp_head and model.mtp is not None:
         # the MTP layer keeps its own KV in the same pool layout
-        kv_per_token += (
-            model.mtp.layers * 2 * model.num_kv_heads * model.head_dim * (config.kv_dtype_bytes)
+        kv_per_token += int(
+            model.mtp.layers * 2 * model.num_kv_heads * model.head_dim * config.kv_dtype_bytes
         )
     state = model.state_bytes_per_request(config.ssm_dtype_bytes) if model.hybrid else 0
     ssm_one = model.ssm_state_bytes(config.ssm_dtype_bytes) if model.hybrid else 0

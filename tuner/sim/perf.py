@@ -364,7 +364,8 @@ def build_perf_model(config: SimConfig, plan: MemoryPlan) -> PerfModel:
         capture_bs=capture,
         padding_strength=fx.graph_padding.strength,
         gemm=fx.gemm_efficiency,
-        kv_efficiency=fx.kv_kernel.effective,
+        kv_efficiency=fx.kv_kernel.effective
+        * (fx.kv_quantized.effective if config.kv_dtype_bytes < model.dtype_bytes else 1.0),
         state_efficiency=fx.state_kernel.effective,
         scheduler_cpu=fx.scheduler_cpu,
         overlap=config.overlap_schedule,

@@ -119,10 +119,11 @@ class ModelProfile:
     experts_per_token: int = 0
     expert_bytes: float = 0.0
 
-    def kv_bytes_per_token(self, kv_dtype_bytes: int | None = None) -> int:
-        """Full-attention K and V bytes one token occupies in the KV pool."""
+    def kv_bytes_per_token(self, kv_dtype_bytes: float | None = None) -> int:
+        """Full-attention K and V bytes one token occupies in the KV pool (whole bytes, as
+        sglang's per-token cell size)."""
         width = self.dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
-        return self.full_attention_layers * 2 * self.num_kv_heads * self.head_dim * width
+        return int(self.full_attention_layers * 2 * self.num_kv_heads * self.head_dim * width)
 
     def conv_state_bytes(self) -> int:
         """Conv window bytes of one request's recurrent state, all linear layers."""

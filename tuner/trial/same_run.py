@@ -39,9 +39,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.bench.workload import WorkloadSpec, longest_request
-from tuner.engines.memory_plan import default_graph_limit
+from tuner.engines.memory_plan import default_graph_limit, kv_element_bytes
 from tuner.engines.model_config import ModelMemory
 from tuner.errors import UserError
+from tuner.predict.memory import tensor_parallel
 from tuner.space.model import SearchSpace
 
 CAP = "max_running_requests"
@@ -159,8 +160,9 @@ class SameRunRules:
     clients: int | None  # closed loop: the benchmark's clients; None: an open loop
     full_attention_only: bool
     gpu_memory_gb: float | None = None
-    kv_bytes_per_token: float = 0.0
+    kv_bytes_per_token: float = 0.0  # one GPU's, at the model's dtype
     resident_tokens: int | None = None  # resident_token_bound of the workload; None: unknown
+    kv_element_bytes: float = 2.0  # the element size kv_bytes_per_token counts
 
     @classmethod
     def of(
@@ -177,9 +179,19 @@ class SameRunRules:
             clients=clients,
             full_attention_only=model is not None and model.full_attention_only,
             gpu_memory_gb=gpu_memory_gb,
-            kv_bytes_per_token=model.kv_bytes_per_token if model is not None else 0.0,
+            kv_bytes_per_token=(
+                model.sharded(tensor_parallel(space.fixed_flags)).kv_bytes_per_token
+                if model is not None
+                else 0.0
+            ),
             resident_tokens=bound,
+            kv_element_bytes=model.kv_element_bytes if model is not None else 2.0,
         )
+
+    def _kv_bytes(self, flags: Mapping[str, Any]) -> float:
+        """One token's KV bytes on one GPU under the flags' --kv-cache-dtype."""
+        width = kv_element_bytes(flags.get("kv_cache_dtype"), self.kv_element_bytes)
+        return self.kv_bytes_per_token * width / self.kv_element_bytes
 
     def _applies(self, flags: Mapping[str, Any]) -> bool:
         return (
@@ -189,18 +201,18 @@ class SameRunRules:
             and int(flags.get("dp_size") or 1) <= 1  # the cap is split between DP workers
         )
 
-    def _pool_change(self, new: Launch, old: Launch) -> tuple[float, bool] | None:
+    def _pool_change(self, new: Launch, old: Launch, kv_bytes: float) -> tuple[float, bool] | None:
         """How many tokens smaller the proposal's pool can be than the measured one, and whether
         the two pools can differ at all; None when that cannot be told."""
         if new.fraction is not None and old.fraction is not None:
             if new.fraction == old.fraction:
                 return 0.0, False
-            if not self.gpu_memory_gb or self.kv_bytes_per_token <= 0:
+            if not self.gpu_memory_gb or kv_bytes <= 0:
                 return None
             # The pool is what is free after the weights less (1 - fraction) of what was free
             # before them, which is at most the GPU's memory.
             gone = (old.fraction - new.fraction) * self.gpu_memory_gb * GIB
-            return gone / self.kv_bytes_per_token, True
+            return gone / kv_bytes, True
         if new.fraction is None and old.fraction is None:
             # sglang derives the fraction from a reserve that grows with the configured graph
             # limit: a smaller limit buys pool with memory the graphs may still need, so the
@@ -228,7 +240,7 @@ class SameRunRules:
         assert self.clients is not None
         new, old = Launch.of(proposal, self.gpu_memory_gb), Launch.of(measured, self.gpu_memory_gb)
         pool_old = int((capacity or {}).get("max_total_num_tokens") or 0)
-        change = self._pool_change(new, old)
+        change = self._pool_change(new, old, self._kv_bytes(proposal))
         if change is None:
             return None
         drop, pools_differ = change
@@ -334,7 +346,9 @@ class SameRunRules:
         out = dict(capacity)
         pool = out.get("max_total_num_tokens")
         change = self._pool_change(
-            Launch.of(flags, self.gpu_memory_gb), Launch.of(measured, self.gpu_memory_gb)
+            Launch.of(flags, self.gpu_memory_gb),
+            Launch.of(measured, self.gpu_memory_gb),
+            self._kv_bytes(flags),
         )
         if isinstance(pool, int | float) and change and change[0]:
             pool = int(pool - change[0])
