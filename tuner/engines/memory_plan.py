@@ -202,7 +202,7 @@ def gpu_defaults(gpu_memory_gb: float, tp_size: int = 1) -> tuple[int, int]:
 
 # Bytes a K or V element takes in sglang 0.5.23's KV pool by --kv-cache-dtype ("auto": the
 # model's dtype): the dtype's element size (srt/mem_cache/kv_cache_dtype.py 49-90), mxfp8's
-# block scales (one byte per 32 elements, srt/model_executor/pool_configurator.py 524-528),
+# block scales (one byte per 32 elements, srt/model_executor/pool_configurator.py 526-530),
 # and the fp4 recipes' half byte plus one fp8 scale per 16 elements
 # (srt/layers/quantization/fp4_kv_cache_quant_method.py, `compute_cell_size`: the linear
 # scales only, so a lower bound where a backend keeps both layouts).
