@@ -1,6 +1,7 @@
 """--kv-cache-dtype end to end: the simulator stores and reads the KV pool in the dtype sglang
 0.5.23 sizes it with, the memory check, the estimate and the same-run rule count the bytes
-the flag gives, and `tuner init` offers the dtypes it is given."""
+the flag gives, `tuner init` offers the dtypes it is given, and `tuner export` warns of what a
+study did not measure."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from tuner.init.write import InitRequest
 from tuner.predict.estimate import Estimator
 from tuner.predict.gpu_specs import gpu_spec
 from tuner.predict.memory import estimate_memory
+from tuner.results.export import export_trial
+from tuner.results.storage import open_storage
 from tuner.sim.args import parse_args
 from tuner.sim.config import resolve_with
 from tuner.sim.memory import plan_memory
@@ -26,6 +29,9 @@ from tuner.sim.oracle import predict
 from tuner.sim.perf import build_perf_model
 from tuner.sim.profiles import load_hardware, load_model
 from tuner.space.load import load_space
+from tuner.study.loop import run_study
+from tuner.study.options import StudyOptions
+from tuner.study.run import resolve_run
 from tuner.trial.same_run import SameRunRules
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,6 +135,18 @@ def test_init_offers_the_dtypes_it_is_given(tmp_path):
     data = yaml.safe_load(one.read_text())
     assert data["fixed_flags"]["kv_cache_dtype"] == "fp8_e5m2"
     assert "kv_cache_dtype" not in data["params"]
+    # a short study on the simulator launches it, and the export says what was not measured
+    data["workload"] = {"kind": "random", "requests": 8, "input_len": 256, "output_len": 16}
+    data["bench"] = {**data["bench"], "concurrency": 4, "stages": 1, "warmup_requests": 0}
+    fast = tmp_path / "fast.yaml"
+    fast.write_text(yaml.safe_dump(data, sort_keys=False))
+    studies = tmp_path / "studies"
+    run_study(resolve_run(StudyOptions(trials=2, space_path=fast, studies_dir=studies, seed=0)))
+    name = data["name"]
+    result = export_trial(open_storage(None, name, studies), name, out_dir=tmp_path)
+    assert "--kv-cache-dtype fp8_e5m2" in result.script.read_text()
+    assert any("stores the KV cache as fp8_e5m2" in w for w in result.warnings)
+    assert "not its accuracy" in result.config.read_text()
     with pytest.raises(UserError, match=r"--kv-cache-dtype fp8: sglang 0\.5\.23 takes auto, "):
         write_space(replace(request, kv_cache_dtypes=("fp8",)), tmp_path / "c.yaml")
     with pytest.raises(UserError, match=r"mxfp8: sglang 0\.5\.10 takes"):

@@ -133,12 +133,29 @@ def _summary_lines(trial: TrialRecord, meta: StudyMeta, how: str) -> list[str]:
     ]
     if capacity:
         lines.append("capacity: " + ", ".join(capacity))
+    quantized = quantized_kv(trial)
+    if quantized:
+        lines.append(quantized)
     version = meta.sglang_version or "unknown"
     lines.append(f"flags for sglang {version} (flag names differ between sglang versions)")
     return [_comment(line) for line in lines]
 
 
 _CAPACITY_KEYS = ("max_running_requests", "max_total_num_tokens")
+# --kv-cache-dtype values that keep the model's precision
+_FULL_KV = (None, "auto", "bf16", "bfloat16")
+
+
+def quantized_kv(trial: TrialRecord) -> str | None:
+    """What to say of a trial whose KV cache is stored below the model's precision (None when
+    it is not): the study measured its speed, not what it does to the answers."""
+    dtype = trial.flags.get("kv_cache_dtype")
+    if dtype in _FULL_KV:
+        return None
+    return (
+        f"stores the KV cache as {dtype}: the study measured its speed, not its accuracy; "
+        "check the answers on your own evals before serving it"
+    )
 
 
 def _capacity_item(trial: TrialRecord, key: str, value: object) -> str:
@@ -282,6 +299,9 @@ def export_trial(
         validate_argv(config_to_argv(config_file), snapshot.version)
     if not_checked:
         warnings.append(not_checked)
+    quantized = quantized_kv(chosen)
+    if quantized:
+        warnings.append(f"trial {chosen.number} {quantized}")
     close = close_call(_margins(chosen, parsed or meta.slos))
     if close:
         warnings.append(f"trial {chosen.number} {close}")
