@@ -20,6 +20,7 @@ import json
 import math
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,13 +81,20 @@ def _truth(oracle: OracleCache, space: SearchSpace, flags: dict[str, Any]) -> di
     }
 
 
-def measure_space(name: str, configs: int, fits: list[int], seed: int) -> dict[str, Any]:
+def simulated(name: str) -> tuple[SearchSpace, Callable[[], Estimator], OracleCache]:
+    """A space, a maker of unfitted estimates for its simulated GPU and model, and its oracle."""
     space = load_space(name)
     target = launch_target(space, StudyOptions(engine="sim"))
     host = read_host_facts("sim", target.module, target.extra_args, space.model_path)
     spec = gpu_spec(host.gpu_name)
-    assert host.model is not None and spec is not None, (host, spec)
-    oracle = OracleCache(space)
+    model = host.model
+    assert model is not None and spec is not None, (host, spec)
+    memory = host.gpu_memory_gb or spec.memory_gb
+    return space, lambda: Estimator(space, model, spec, memory), OracleCache(space)
+
+
+def measure_space(name: str, configs: int, fits: list[int], seed: int) -> dict[str, Any]:
+    space, estimator, oracle = simulated(name)
     rng = random.Random(seed)
     rows: list[tuple[dict[str, Any], dict[str, Any]]] = []
     default = _truth(oracle, space, {})
@@ -98,9 +106,10 @@ def measure_space(name: str, configs: int, fits: list[int], seed: int) -> dict[s
         truth = _truth(oracle, space, flags)
         if truth is not None:
             rows.append((flags, truth))
-    out: dict[str, Any] = {"space": name, "gpu": spec.name, "configs": len(rows), "fits": {}}
+    out: dict[str, Any] = {"space": name, "gpu": estimator().gpu.name, "configs": len(rows)}
+    out["fits"] = {}
     for k in fits:
-        est = Estimator(space, host.model, spec, host.gpu_memory_gb or spec.memory_gb)
+        est = estimator()
         train, test = rows[:k], rows[k:]
         if train:
             est.fit(

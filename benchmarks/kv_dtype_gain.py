@@ -20,15 +20,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from tuner.host import read_host_facts
-from tuner.predict import Estimator, gpu_spec
-from tuner.space import load_space
-from tuner.study import StudyOptions, launch_target
 from tuner.study.guide import complete_flags, random_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from estimate_error import _truth
-from oracle_measurer import OracleCache
+from estimate_error import _truth, simulated
 
 
 def _spread(values: list[float]) -> str:
@@ -36,13 +31,8 @@ def _spread(values: list[float]) -> str:
 
 
 def measure(name: str, configs: int, dtype: str, seed: int) -> str:
-    space = load_space(name)
-    target = launch_target(space, StudyOptions(engine="sim"))
-    host = read_host_facts("sim", target.module, target.extra_args, space.model_path)
-    spec = gpu_spec(host.gpu_name)
-    assert host.model is not None and spec is not None, (host, spec)
-    oracle = OracleCache(space)
-    est = Estimator(space, host.model, spec, host.gpu_memory_gb or spec.memory_gb)
+    space, estimator, oracle = simulated(name)
+    est = estimator()
     rng = random.Random(seed)
     rows: dict[str, list[float]] = {"sim_tput": [], "est_tput": [], "sim_tpot": [], "est_tpot": []}
     tries = 0
