@@ -154,3 +154,21 @@ def test_init_offers_the_dtypes_it_is_given(tmp_path):
             replace(request, kv_cache_dtypes=("mxfp8",), sglang_version="0.5.10"),
             tmp_path / "d.yaml",
         )
+
+
+def test_init_says_when_the_pool_cannot_hold_the_clients_and_fp8_is_not_offered(tmp_path):
+    from tuner.init.command import written_space
+
+    request = InitRequest(
+        model_path=str(ROOT / "tests" / "data" / "models" / "llama-3.3-70b"), gpu="h100",
+        workload="rag", sglang_version="0.5.23", host_ram_gb=1000, tp_size=2,
+    )  # fmt: skip
+    note = written_space(request, tmp_path / "bf16.yaml").note or ""
+    # 70.6 GB of weights on each 86 GB H100 leave ~58,700 tokens; 32 clients hold ~143,000
+    assert "largest KV pool of this space holds 58," in note
+    assert "--kv-cache-dtype auto,fp8_e4m3" in note
+    offered = replace(request, kv_cache_dtypes=("auto", "fp8_e4m3"))
+    assert "KV pool" not in (written_space(offered, tmp_path / "both.yaml").note or "")
+    # the chat template's 16 clients fit that pool: nothing to say
+    chat = replace(request, workload="chat")
+    assert "KV pool" not in (written_space(chat, tmp_path / "chat.yaml").note or "")

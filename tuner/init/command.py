@@ -19,7 +19,8 @@ if TYPE_CHECKING:  # the command line imports this module at start; the rest loa
 class WrittenSpace:
     path: Path
     space: SearchSpace  # loaded back as `tuner optimize` will load it
-    note: str | None  # the estimate's word on the SLOs' reach (tuner/init/reach.py), if asked
+    # the estimate's word on the SLOs' reach and on the KV pool (tuner/init/reach.py), if asked
+    note: str | None
 
 
 def write_space(request: InitRequest, out: Path | None, force: bool = False) -> Path:
@@ -36,7 +37,7 @@ def written_space(
     The space loads as `tuner optimize` will load it: the release's parser snapshot, the
     ranges, the workload; a failure there is a bug of init's, reported with the file."""
     from tuner.init.facts import read_gpu, read_host, read_model, sglang_version
-    from tuner.init.reach import unreachable_note
+    from tuner.init.reach import kv_pool_note, unreachable_note
     from tuner.init.write import space_name, space_text
     from tuner.space.load import load_space
 
@@ -51,8 +52,13 @@ def written_space(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     space = load_space(path)  # the parser snapshot, the ranges, the workload: as optimize will
-    note = unreachable_note(space, model.memory, gpu) if reach else None
-    return WrittenSpace(path, space, note)
+    notes = (
+        [n for n in (unreachable_note(space, model.memory, gpu),
+                     kv_pool_note(space, model.memory, gpu)) if n]
+        if reach
+        else []
+    )  # fmt: skip
+    return WrittenSpace(path, space, "\n".join(notes) or None)
 
 
 def init_command(

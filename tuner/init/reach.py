@@ -13,7 +13,8 @@ import random
 
 from tuner.engines.model_config import ModelMemory
 from tuner.init.facts import GpuFacts
-from tuner.predict.estimate import Estimator
+from tuner.predict.estimate import Estimator, WorkloadShape
+from tuner.predict.memory import estimate_memory
 from tuner.space.model import SearchSpace
 from tuner.study.guide import complete_flags, random_params
 
@@ -56,4 +57,28 @@ def unreachable_note(space: SearchSpace, model: ModelMemory, gpu: GpuFacts) -> s
         f"note: by the tuner's estimate no configuration of this space comes near its SLOs (the "
         f"closest: {missed}); a study may find nothing within them: set reachable limits with "
         "--slo, or give the server more GPUs"
+    )
+
+
+def kv_pool_note(space: SearchSpace, model: ModelMemory, gpu: GpuFacts) -> str | None:
+    """A one-line note when even the space's largest KV pool cannot hold what its closed loop's
+    clients hold at once, and the space leaves the pool's dtype at the model's: an 8-bit KV
+    cache would hold twice the tokens (docs/sglang-memory.md). None otherwise."""
+    clients = space.bench.concurrency
+    fraction = space.params.get("mem_fraction_static")
+    if "kv_cache_dtype" in space.params or "kv_cache_dtype" in space.fixed_flags:
+        return None
+    if space.bench.request_rate is not None or not clients or fraction is None:
+        return None
+    flags = {**space.fixed_flags, "mem_fraction_static": fraction.high}
+    pool = estimate_memory(flags, model, gpu.memory_gb).kv_tokens
+    shape = WorkloadShape.of(space.workload, clients)
+    need = clients * (shape.prompt + shape.output)
+    if not pool or need <= pool:
+        return None
+    return (
+        f"note: the largest KV pool of this space holds {pool:,} tokens where its {clients} "
+        f"clients hold about {need:,.0f} at once, so fewer of them run together; an 8-bit KV "
+        "cache holds twice the tokens: --kv-cache-dtype auto,fp8_e4m3 makes it a choice of the "
+        "space (what it does to accuracy is yours to check)"
     )
