@@ -42,10 +42,10 @@ LONG = WorkloadSpec.from_dict({"kind": "random", "requests": 64, "input_len": 40
 FRACTION = ["--mem-fraction-static", "0.85"]
 
 
-def _config(dtype: str, *extra: str, quantized: float | None = None):
+def _config(dtype: str, quantized: float | None = None):
     argv = ["--model-path", str(LLAMA_8B), "--sim-hardware", "h100-sxm", *FRACTION]
     hw = {"effects": {"kv_quantized": {"strength": quantized}}} if quantized is not None else None
-    args = parse_args([*argv, "--kv-cache-dtype", dtype, *extra])
+    args = parse_args([*argv, "--kv-cache-dtype", dtype])
     return resolve_with(args, load_hardware("h100-sxm", hw), load_model(str(LLAMA_8B)))
 
 
