@@ -30,6 +30,7 @@ from tuner.sim.profiles import load_hardware, load_model
 from tuner.space.load import load_space
 from tuner.study.options import StudyOptions
 from tuner.study.run import resolve_run
+from tuner.trial.same_run import SameRunRules
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA_70B = ROOT / "tests" / "data" / "models" / "llama-3.3-70b"
@@ -114,6 +115,10 @@ def test_init_writes_the_tensor_parallel_size_and_names_the_one_that_fits(tmp_pa
     path = write_space(replace(request, tp_size=4), tmp_path / "four.yaml")
     data = yaml.safe_load(path.read_text())
     assert data["fixed_flags"]["tp_size"] == 4 and data["name"] == "llama-3.3-70b-4xh100-sxm-chat"
+    # the same-run rule counts one GPU's KV bytes: a lower fraction gives up 4x the tokens
+    model = ModelMemory.from_hf_config(read_config(LLAMA_70B))
+    rules = SameRunRules.of(load_space(path), model, 85.5)
+    assert rules.kv_bytes_per_token == model.sharded(4).kv_bytes_per_token
     assert "on each of 4 GPUs" in path.read_text()
     # the study takes the space's size for its launches, GPU groups and estimate
     run = resolve_run(StudyOptions(trials=2, space_path=path, engine="sim"))
