@@ -125,5 +125,6 @@ def init_command(
     if written.note:
         typer.echo(written.note)
     typer.echo(f"tuning: {', '.join(written.space.params)} (each commented in the file)")
-    path = written.path
-    typer.echo(f"next: tuner optimize --space {path} --dry-run   (the cost, nothing launched)")
+    typer.echo(
+        f"next: tuner optimize --space {written.path} --dry-run   (the cost, nothing launched)"
+    )

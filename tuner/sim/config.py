@@ -59,7 +59,7 @@ class SimConfig:
     overlap_schedule: bool
     mamba_strategy: str | None  # resolved; None for models without linear attention
     spec: SpecConfig | None
-    kv_dtype_bytes: float  # per K or V element, block scales included (kv_element_bytes)
+    kv_dtype_bytes: float  # per K or V element, block scales included (KV_ELEMENT_BYTES)
     ssm_dtype_bytes: int
     host_ram_gib: float
     warnings: tuple[str, ...]
@@ -85,25 +85,22 @@ class SimConfig:
         return self.args.sglang_version
 
 
-def kv_element_bytes(kv_cache_dtype: str, model_dtype_bytes: int) -> float:
-    """Bytes one K or V element takes in the KV pool, as sglang 0.5.23 sizes the pool
-    (srt/model_executor/pool_configurator.py `_compute_cell_size`): the dtype's element size,
-    plus mxfp8's one scale byte per 32 elements; the fp4 recipes hold half a byte an element
-    and one fp8 scale per 16 (srt/layers/quantization/fp4_kv_cache_quant_method.py
-    `compute_cell_size`, its linear scales); the older releases' fp4_e2m1 (mxfp4) one scale
-    byte per 32. "auto" is the model's dtype (a checkpoint that asks for an fp8 KV cache is not
-    modelled)."""
-    if kv_cache_dtype in ("fp8_e5m2", "fp8_e4m3"):
-        return 1.0
-    if kv_cache_dtype == "mxfp8":
-        return 1.0 + 1 / 32
-    if kv_cache_dtype in ("nvfp4", "fp4_mx_block16"):
-        return 0.5 + 1 / 16
-    if kv_cache_dtype == "fp4_e2m1":
-        return 0.5 + 1 / 32
-    if kv_cache_dtype in ("bf16", "bfloat16"):
-        return 2.0
-    return float(model_dtype_bytes)
+# Bytes one K or V element takes in the KV pool, as sglang 0.5.23 sizes the pool
+# (srt/model_executor/pool_configurator.py `_compute_cell_size`): the dtype's element size, plus
+# mxfp8's one scale byte per 32 elements; the fp4 recipes hold half a byte an element and one
+# fp8 scale per 16 (srt/layers/quantization/fp4_kv_cache_quant_method.py `compute_cell_size`,
+# its linear scales); the older releases' fp4_e2m1 (mxfp4) one scale byte per 32. "auto" (not
+# here) is the model's dtype: a checkpoint that asks for an fp8 KV cache is not modelled.
+KV_ELEMENT_BYTES = {
+    "fp8_e5m2": 1.0,
+    "fp8_e4m3": 1.0,
+    "mxfp8": 1.0 + 1 / 32,
+    "nvfp4": 0.5 + 1 / 16,
+    "fp4_mx_block16": 0.5 + 1 / 16,
+    "fp4_e2m1": 0.5 + 1 / 32,
+    "bf16": 2.0,
+    "bfloat16": 2.0,
+}
 
 
 def gpu_defaults(gpu_memory_gib: float, tp: int = 1) -> tuple[int, int]:
@@ -376,7 +373,7 @@ def resolve_with(args: ServerArgs, hardware: HardwareProfile, model: ModelProfil
             args.tp_size,
         )
         auto = True
-    kv_bytes = kv_element_bytes(args.kv_cache_dtype, model.dtype_bytes)
+    kv_bytes = KV_ELEMENT_BYTES.get(args.kv_cache_dtype, float(model.dtype_bytes))
     ssm_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}[args.mamba_ssm_dtype]
     if spec is not None and args.max_running_requests is None:
         warnings.append(
