@@ -124,6 +124,15 @@ TOGGLE names the change (`TOGGLES`):
 - `fresh-picks`: the estimate's picks pass over a configuration it scores exactly as a
   measured trial (tuner/study/guide.py `fresh_picks`; off, the default: only for the capacity
   goal).
+- `window-wide`: while no trial meets every SLO, a trial that breaks only other SLOs than the
+  best trial and differs from it in more than one number marks a window too: each number is
+  tried halfway to the nearest value such a trial has on either side of the best's
+  (tuner/study/local_search.py `window_wide`; off: only a trial one number away marks one).
+- `expected-cut`: a trial the SLO cut stopped stands, for the local search, by the violations
+  its full run would likely have ended at: its stage's loads times the median factor by which
+  the completed trials' full runs ended from that stage (tuner/trial/pruning.py `slo_cut`,
+  tuner/study/standing.py `EXPECTED_CUT`; off: by its last stage's violations).
+- `wide-expected`: the two above together, against neither.
 - `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
   measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
@@ -246,6 +255,18 @@ def _blind_checks(method: Any, on: bool) -> tuple[Any, AbstractContextManager[An
     return method, _patched(stopping, "COUNTED_CHECKS", frozenset(counted))
 
 
+def _expected_cut(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+    from tuner.study import standing
+
+    # Off: a trial the SLO cut stopped stands by the violations its last stage measured.
+    return method, _patched(standing, "EXPECTED_CUT", on)
+
+
+def _wide_expected(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+    method, _ = _local_search("window_wide", True, off=False)(method, on)
+    return _expected_cut(method, on)
+
+
 def _stop_rule(
     field: str, off: Any, on: Any = None
 ) -> Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]]:
@@ -320,6 +341,9 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "none-choices": _guide("none_choices"),
     "plug-in": _guide("plug_in"),
     "plug-in-none": _guide_fields((), (("none_choices", True), ("plug_in", True))),
+    "window-wide": _local_search("window_wide", True, off=False),
+    "expected-cut": _expected_cut,
+    "wide-expected": _wide_expected,
 }
 
 

@@ -308,6 +308,31 @@ def test_between_two_trials_that_break_different_slos_the_number_halfway_comes_f
     assert off != proposal
 
 
+def test_a_trial_that_breaks_the_other_slo_in_other_company_marks_a_window_too():
+    """The held-out KV-dtype cell: the best trial (an 8-bit pool at 16 running) misses the TPOT
+    limit by 3%; the trials that break only TTFT ran fewer slots, but with another memory
+    fraction and chunk size too, so none is one number away. The running cap is tried halfway
+    to the nearest of them (4, not 2), at the best trial's other params."""
+    space = space_from_dict({**SPACE, "slos": ["p99_ttft_ms <= 3000", "p99_tpot_ms <= 11"]})
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    best = {**START, "max_running_requests": 16, "mem_fraction_static": 0.95}
+    _measured(study, best, 1600.0, {"p99_ttft_ms": -0.8, "p99_tpot_ms": 0.03})
+    for running, mem in ((2, 0.9), (4, 0.88)):
+        _measured(
+            study,
+            {**START, "max_running_requests": running, "mem_fraction_static": mem,
+             "chunked_prefill_size": 2048},
+            100.0 * running,
+            {"p99_ttft_ms": 1.5, "p99_tpot_ms": -0.2},
+        )  # fmt: skip
+    trials = study.get_trials(deepcopy=False)
+    tried = {key(t.params) for t in trials}
+    proposal = LocalSearch(space, seed=0).propose(trials, tried)
+    assert proposal == {**best, "max_running_requests": 8}  # sqrt(16 x 4) on the log range
+    narrow = LocalSearchConfig(window_wide=False)
+    assert LocalSearch(space, narrow, seed=0).propose(trials, tried) != proposal
+
+
 def test_between_the_best_trial_and_one_past_an_slos_edge_the_number_halfway_comes_first():
     """tpot-8b: a running cap buys throughput until p99 TPOT passes its limit; the best cap is
     on that edge, between the best feasible trial and the nearest one past it."""

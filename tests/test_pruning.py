@@ -2,6 +2,7 @@ import math
 from dataclasses import replace
 
 import optuna
+import pytest
 
 from tuner.results import record
 from tuner.trial.pruning import StagePoint, StagePruner, StagePrunerConfig, decide
@@ -228,6 +229,17 @@ def test_slo_cut_cuts_a_trial_whose_best_case_still_breaks_an_slo():
     assert "cannot meet SLO 1" in d.reason and "x0.64" in d.reason
     assert d.time_saved_s == 90.0
     assert not decide(0, 4, current, ENDED, replace(SLO, front_cut=True, slo_cut=False)).prune
+
+
+def test_slo_cut_records_the_load_a_full_run_would_likely_have_ended_at():
+    # Full runs ended x0.8, x1.0 and x0.9 of their first stage's load: the median is 0.9.
+    d = decide(0, 4, StagePoint(20.0, 5.0, slos=(2.0,)), ENDED, SLO)
+    assert d.prune and d.expected_slos == pytest.approx((1.8,))
+    # Every other rule records none.
+    front = replace(SLO, front_cut=True, slo_cut=False, front_min_trials=1)
+    feasible = [replace(p, feasible=True) for p in ENDED]
+    cut = decide(0, 4, StagePoint(20.0, 50.0, slos=(0.5,)), feasible, front)
+    assert cut.prune and cut.rule == record.CUT_FRONT and cut.expected_slos == ()
 
 
 def test_slo_cut_keeps_a_trial_that_may_still_end_within_its_slos():

@@ -4,7 +4,8 @@ The local search (tuner/study/local_search.py) tries the value halfway between t
 trials in three cases.
 
 - A *window*: while no trial meets every SLO, the best trial and one a number away break
-  different SLOs; the SLOs can hold only between the two.
+  different SLOs; the SLOs can hold only between the two. A trial that breaks only the other
+  SLOs and differs in more numbers marks one too (`wide`): each such number is tried halfway.
 - An *edge*: the best trial meets the SLOs and a trial a number away with more throughput breaks
   one; the best value of such a number sits on the SLO's edge between them.
 - A *carried edge*: a trial that serves about what the best does and sits further inside the
@@ -62,22 +63,58 @@ def boundary_trial(
     return beyond[0][0] if beyond else None
 
 
-def window_moves(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> list[Params]:
+def window_moves(
+    space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]], wide: bool = False
+) -> list[Params]:
     """Window moves (LocalSearchConfig.window_level) from the best trial, while it breaks an
-    SLO: for each trial one number away that breaks only other SLOs, that number halfway."""
+    SLO: for each trial one number away that breaks only other SLOs, that number halfway. With
+    `wide`, a trial that breaks only other SLOs and differs in more than one number marks a
+    window too: each number in which it differs is set halfway to the nearest value of it such
+    a trial has on either side (`LocalSearchConfig.window_wide`)."""
     best, mine = scored[0]
     if mine[0] != 0:
         return []
     broken = broken_slos(best)
     out: list[Params] = []
+    partners: list[FrozenTrial] = []
     for t, s in scored[1:]:
         other = broken_slos(t)
         if s[0] != 0 or not other or other & broken:
             continue
+        partners.append(t)
         middle = halfway(space, best, t)
         if middle is not None:
             out.append(middle)
+    if wide:
+        seen = {key(p) for p in out}
+        for name in _numbers(space, best.params):
+            for value in _nearest_sides(name, best.params, partners):
+                middle = halfway_in(space, best.params, name, value)
+                if middle is not None and key(middle) not in seen:
+                    seen.add(key(middle))
+                    out.append(middle)
     return out
+
+
+def _numbers(space: SearchSpace, params: Mapping[str, Any]) -> list[str]:
+    return [n for n, spec in space.params.items() if spec.kind in ("int", "float") and n in params]
+
+
+def _nearest_sides(name: str, params: Mapping[str, Any], trials: list[FrozenTrial]) -> list[float]:
+    """Of the values of the number `name` that `trials` set, the nearest to `params`'s below
+    it and the nearest above it."""
+    here = float(params[name])
+    below: float | None = None
+    above: float | None = None
+    for t in trials:
+        value = t.params.get(name)
+        if not isinstance(value, int | float) or isinstance(value, bool) or equal(value, here):
+            continue
+        if value < here and (below is None or value > below):
+            below = float(value)
+        if value > here and (above is None or value < above):
+            above = float(value)
+    return [v for v in (below, above) if v is not None]
 
 
 def edge_moves(

@@ -190,6 +190,10 @@ class LocalSearchConfig:
     # number halfway between the two (geometric on a log range) is tried first, before the
     # extension of the last move that paid off (-10), which would cross the window. None: off.
     window_level: float | None = -20.0
+    # Window moves from a trial that breaks only other SLOs than the best does and differs from
+    # it in more than one number too (`window_moves`'s `wide`): each number halfway to the
+    # nearest value such a trial has on either side of the best's. False: one number apart only.
+    window_wide: bool = True
     # Level of an *edge* move: once the best trial meets the SLOs, the same bisection between it
     # and a trial one number away with more throughput that breaks one (`edge_moves`). None: off.
     edge_level: float | None = -20.0
@@ -298,7 +302,10 @@ class LocalSearch:
         # Bisections: while no trial meets the SLOs (windows), and once the best one does (edges).
         bisections: list[tuple[float, Params]] = []
         if self.config.window_level is not None:
-            bisections += [(self.config.window_level, p) for p in window_moves(self.space, scored)]
+            bisections += [
+                (self.config.window_level, p)
+                for p in window_moves(self.space, scored, self.config.window_wide)
+            ]
         if self.config.edge_level is not None:
             found = [params for params, _past in self._edge_bounds(scored)]
             bisections += [(self.config.edge_level, p) for p in found]

@@ -25,7 +25,11 @@ smallest such factor seen, narrowed by `slo_slack`, and when that is still over 
 run cannot meet the SLO: the trial cannot be on the front of feasible runs, whatever its
 latency. The front cut alone kept such trials, since an SLO-breaking configuration can have
 the lowest per-token latency of all: a running cap of 1 with 16 clients (p99 TTFT 77 s against
-a 10 s limit) ran its whole benchmark, 3.5 times a normal trial's GPU time.
+a 10 s limit) ran its whole benchmark, 3.5 times a normal trial's GPU time. The cut records
+each SLO's load the full run would likely have ended at (the stage's times the median factor
+seen), by which the local search ranks the trial among those past the SLOs
+(tuner/study/standing.py): a closed loop's early stage counts only the requests that finished,
+not those still queued.
 
 Once `front_min_trials` full runs are known, the front cut alone decides: the first rule compares
 stage figures across configurations with a fixed 10% margin, and configurations ramp differently
@@ -110,6 +114,10 @@ class PruneDecision:
     # ended above its stage's (widened by `front_slack`), so that the trial's stage throughput
     # times it bounds what its full run could have measured; None when no full run says.
     up: float | None = None
+    # After the SLO cut: each SLO's load its full run would likely have ended at, its stage
+    # load times the median factor by which the completed trials' full runs ended from the
+    # same stage (`slo_cut`); empty after any other rule.
+    expected_slos: tuple[float, ...] = ()
 
 
 def decide(
@@ -273,14 +281,18 @@ def slo_cut(
         return PruneDecision(
             False, f"{len(known)} of {config.slo_min_trials} full runs to bound an SLO by"
         )
-    for i, load in enumerate(current.slos):
-        ratios = [
+    factors = [
+        [
             p.final_slos[i] / p.slos[i]
             for p in known
             if p.final_slos is not None
             and 0 < p.slos[i] < math.inf
             and 0 < p.final_slos[i] < math.inf
         ]
+        for i in range(len(current.slos))
+    ]
+    for i, load in enumerate(current.slos):
+        ratios = factors[i]
         if len(ratios) < config.slo_min_trials or not 0 < load < math.inf:
             continue  # an SLO metric the stage lacks says nothing yet
         down = min(ratios) / (1 + config.slo_slack)
@@ -292,6 +304,10 @@ def slo_cut(
                 f"(the lowest of {len(ratios)} completed trials)",
                 time_saved_s=_time_saved(stage, n_stages, current),
                 rule=CUT_SLO,
+                expected_slos=tuple(
+                    load * float(np.median(r)) if r and 0 < load < math.inf else load
+                    for load, r in zip(current.slos, factors, strict=True)
+                ),
             )
     return PruneDecision(False, "every SLO can still be met")
 
