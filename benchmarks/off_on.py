@@ -133,6 +133,7 @@ TOGGLE names the change (`TOGGLES`):
   the completed trials' full runs ended from that stage (tuner/trial/pruning.py `slo_cut`,
   tuner/study/standing.py `EXPECTED_CUT`; off: by its last stage's violations).
 - `wide-expected`: the two above together, against neither.
+- `expected-narrow`: `expected-cut` with windows one number apart only in both arms.
 - `bounds`: the corrected estimate reads a trial the front or the dominated cut stopped as
   measuring its throughput bound (tuner/study/guide.py `cut_bounds`; off: it skips them).
 
@@ -262,6 +263,11 @@ def _expected_cut(method: Any, on: bool) -> tuple[Any, AbstractContextManager[An
     return method, _patched(standing, "EXPECTED_CUT", on)
 
 
+def _expected_narrow(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+    method, _ = _local_search("window_wide", False, off=False)(method, on)
+    return _expected_cut(method, on)
+
+
 def _wide_expected(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
     method, _ = _local_search("window_wide", True, off=False)(method, on)
     return _expected_cut(method, on)
@@ -344,6 +350,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "window-wide": _local_search("window_wide", True, off=False),
     "expected-cut": _expected_cut,
     "wide-expected": _wide_expected,
+    "expected-narrow": _expected_narrow,
 }
 
 

@@ -150,19 +150,18 @@ FP8_BEST = {
 
 @pytest.mark.timeout(600)
 def test_without_an_estimate_the_search_finds_a_window_between_two_slos(monkeypatch):
-    """Seed 0 found nothing within both limits in 40 trials before two changes of the search
-    while no trial meets every SLO (docs/quality.md): a trial the SLO cut stopped stands by the
-    violations its full run would likely end at (the first stage of 8 running measured a TTFT
-    tail 2.3x the limit where the full run's is 11x, and that trial led the search for 25
-    launches), and a trial that breaks only the other SLO marks a window even when it differs
-    from the best in more than one number. Each alone still finds nothing in this seed."""
+    """Seed 2 found nothing within both limits in 40 trials while a window needed a trial one
+    number from the best (docs/quality.md): the best trials (an 8-bit pool at 48 running, p99
+    TPOT a few % past its limit) and those that broke only the TTFT limit (fewer slots) differed
+    in the memory fraction or the chunk size too. A trial that breaks only the other SLO now
+    marks a window wherever it differs (`LocalSearchConfig.window_wide`)."""
     from benchmarks.oracle_measurer import NoiseModel, OracleCache
     from benchmarks.quality.methods import METHODS
     from benchmarks.quality.scoring import best_so_far
     from benchmarks.quality.study import run_study
     from benchmarks.quality.truth import Oracle, summarize_optimum
     from benchmarks.quality.worlds import load_cell
-    from tuner.study import local_search, quiet_optuna, standing
+    from tuner.study import local_search, quiet_optuna
 
     quiet_optuna()
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)  # the cell names its world so
@@ -171,13 +170,11 @@ def test_without_an_estimate_the_search_finds_a_window_between_two_slos(monkeypa
     oracle.of_params(FP8_BEST)
     model_free = next(m for m in METHODS if m.name == "model-free")
 
-    def best(wide: bool, expected: bool) -> float:
+    def best(wide: bool) -> float:
         config = local_search.LocalSearchConfig(window_wide=wide)
         method = dataclasses.replace(model_free, guide=(("local_search", config),))
-        with monkeypatch.context() as m:
-            m.setattr(standing, "EXPECTED_CUT", expected)
-            run = run_study(method, 0, BUDGET, space, oracle, NoiseModel(0.02, 0.02, 0.05))
+        run = run_study(method, 2, BUDGET, space, oracle, NoiseModel(0.02, 0.02, 0.05))
         return best_so_far(run, summarize_optimum(oracle, 0.0))[:BUDGET][-1]
 
-    assert best(True, True) >= 0.95
-    assert best(False, True) == 0.0 and best(True, False) == 0.0
+    assert best(True) >= 0.95
+    assert best(False) == 0.0
