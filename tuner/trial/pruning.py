@@ -27,9 +27,9 @@ latency. The front cut alone kept such trials, since an SLO-breaking configurati
 the lowest per-token latency of all: a running cap of 1 with 16 clients (p99 TTFT 77 s against
 a 10 s limit) ran its whole benchmark, 3.5 times a normal trial's GPU time. The cut records
 each SLO's load the full run would likely have ended at (the stage's times the median factor
-seen), by which the local search ranks the trial among those past the SLOs
-(tuner/study/standing.py): a closed loop's early stage counts only the requests that finished,
-not those still queued.
+seen), by which the local search can rank the trial among those past the SLOs
+(tuner/study/standing.py `EXPECTED_CUT`, measured and off): a closed loop's early stage counts
+only the requests that finished, not those still queued.
 
 Once `front_min_trials` full runs are known, the front cut alone decides: the first rule compares
 stage figures across configurations with a fixed 10% margin, and configurations ramp differently
