@@ -263,14 +263,15 @@ def _expected_cut(method: Any, on: bool) -> tuple[Any, AbstractContextManager[An
     return method, _patched(standing, "EXPECTED_CUT", on)
 
 
-def _expected_narrow(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
-    method, _ = _local_search("window_wide", False, off=False)(method, on)
-    return _expected_cut(method, on)
+def _expected_with(wide_off: bool, wide_on: bool) -> Callable[[Any, bool], tuple[Any, Any]]:
+    """`expected-cut` with `window_wide` set to `wide_on` in the on arm and `wide_off` in the
+    off arm."""
 
+    def toggle(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
+        method, _ = _local_search("window_wide", wide_on, off=wide_off)(method, on)
+        return _expected_cut(method, on)
 
-def _wide_expected(method: Any, on: bool) -> tuple[Any, AbstractContextManager[Any]]:
-    method, _ = _local_search("window_wide", True, off=False)(method, on)
-    return _expected_cut(method, on)
+    return toggle
 
 
 def _stop_rule(
@@ -349,8 +350,8 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "plug-in-none": _guide_fields((), (("none_choices", True), ("plug_in", True))),
     "window-wide": _local_search("window_wide", True, off=False),
     "expected-cut": _expected_cut,
-    "wide-expected": _wide_expected,
-    "expected-narrow": _expected_narrow,
+    "wide-expected": _expected_with(False, True),
+    "expected-narrow": _expected_with(False, False),
 }
 
 

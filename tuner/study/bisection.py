@@ -87,7 +87,8 @@ def window_moves(
             out.append(middle)
     if wide:
         seen = {key(p) for p in out}
-        for name in _numbers(space, best.params):
+        numbers = [n for n in best.params if space.params[n].kind in ("int", "float")]
+        for name in numbers:
             for value in _nearest_sides(name, best.params, partners):
                 middle = halfway_in(space, best.params, name, value)
                 if middle is not None and key(middle) not in seen:
@@ -96,25 +97,14 @@ def window_moves(
     return out
 
 
-def _numbers(space: SearchSpace, params: Mapping[str, Any]) -> list[str]:
-    return [n for n, spec in space.params.items() if spec.kind in ("int", "float") and n in params]
-
-
 def _nearest_sides(name: str, params: Mapping[str, Any], trials: list[FrozenTrial]) -> list[float]:
     """Of the values of the number `name` that `trials` set, the nearest to `params`'s below
     it and the nearest above it."""
     here = float(params[name])
-    below: float | None = None
-    above: float | None = None
-    for t in trials:
-        value = t.params.get(name)
-        if not isinstance(value, int | float) or isinstance(value, bool) or equal(value, here):
-            continue
-        if value < here and (below is None or value > below):
-            below = float(value)
-        if value > here and (above is None or value < above):
-            above = float(value)
-    return [v for v in (below, above) if v is not None]
+    values = [float(v) for t in trials if isinstance(v := t.params.get(name), int | float)]
+    below = [v for v in values if v < here and not equal(v, here)]
+    above = [v for v in values if v > here and not equal(v, here)]
+    return ([max(below)] if below else []) + ([min(above)] if above else [])
 
 
 def edge_moves(
