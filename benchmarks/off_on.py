@@ -128,6 +128,10 @@ TOGGLE names the change (`TOGGLES`):
   best trial and differs from it in more than one number marks a window too: each number is
   tried halfway to the nearest value such a trial has on either side of the best's
   (tuner/study/local_search.py `window_wide`; off: only a trial one number away marks one).
+- `partner`: while no trial meets every SLO, the window's partner (of the trials that break
+  only SLOs the best meets, the one nearest the best) is tried with each categorical param set
+  to another choice, after the window moves (tuner/study/local_search.py `partner_level`;
+  off: None).
 - `expected-cut`: a trial the SLO cut stopped stands, for the local search, by the violations
   its full run would likely have ended at: its stage's loads times the median factor by which
   the completed trials' full runs ended from that stage (tuner/trial/pruning.py `slo_cut`,
@@ -349,6 +353,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "plug-in": _guide("plug_in"),
     "plug-in-none": _guide_fields((), (("none_choices", True), ("plug_in", True))),
     "window-wide": _local_search("window_wide", True, off=False),
+    "partner": _local_search("partner_level", -15.0, off=None),
     "expected-cut": _expected_cut,
     "wide-expected": _expected_with(False, True),
     "expected-narrow": _expected_with(False, False),

@@ -13,6 +13,7 @@ from support.fixture_studies import add_graded_trial
 from tuner.results import record
 from tuner.results.record import GUIDED_BY
 from tuner.space.load import space_from_dict
+from tuner.study.bisection import window_partner
 from tuner.study.guide import Guide, GuideConfig
 from tuner.study.local_search import (
     LocalSearch,
@@ -24,7 +25,7 @@ from tuner.study.local_search import (
 )
 from tuner.study.loop import run_trials
 from tuner.study.moves import complete, key, moves
-from tuner.study.standing import standing
+from tuner.study.standing import by_standing, standing
 
 SPACE = {
     "model_path": "m",
@@ -172,6 +173,7 @@ _DISTRIBUTIONS = {
     "mem_fraction_static": optuna.distributions.FloatDistribution(0.7, 0.95, step=0.01),
     "max_running_requests": optuna.distributions.IntDistribution(1, 16, log=True),
     "chunked_prefill_size": optuna.distributions.CategoricalDistribution([2048, 4096, 8192, 16384]),
+    "schedule_policy": optuna.distributions.CategoricalDistribution(["fcfs", "lpm"]),
 }
 
 
@@ -331,6 +333,48 @@ def test_a_trial_that_breaks_the_other_slo_in_other_company_marks_a_window_too()
     assert proposal == {**best, "max_running_requests": 8}  # sqrt(16 x 4) on the log range
     narrow = LocalSearchConfig(window_wide=False)
     assert LocalSearch(space, narrow, seed=0).propose(trials, tried) != proposal
+
+
+def test_where_the_window_meets_no_slo_its_partner_is_tried_with_another_choice():
+    """The held-out Qwen3-30B cell over two H100s: with lpm, every running cap below the client
+    count queues the TTFT tail past its limit, and the caps that meet the TPOT limit are below
+    the one that meets TTFT; the window between 16 and 8 running (11 breaks both) is spent.
+    The partner (lpm at 8, the nearest trial that breaks TTFT alone, not lpm at 12 with other
+    chunks) is tried with the other policy: fcfs at 8 does not queue the tail."""
+    space = space_from_dict(
+        {
+            **SPACE,
+            "params": {**SPACE["params"], "schedule_policy": {"choices": ["fcfs", "lpm"]}},
+            "slos": ["p99_ttft_ms <= 3000", "p99_tpot_ms <= 11"],
+        }
+    )
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    best = {**START, "schedule_policy": "lpm", "max_running_requests": 16}
+    _measured(study, best, 1600.0, {"p99_ttft_ms": -0.9, "p99_tpot_ms": 0.09})
+    _measured(study, {**best, "schedule_policy": "fcfs"}, 1600.0,
+              {"p99_ttft_ms": -0.9, "p99_tpot_ms": 0.10})  # fmt: skip
+    for running, chunk, ttft, tpot in ((8, 8192, 2.4, -0.01), (11, 8192, 2.3, 0.02),
+                                       (12, 4096, 2.2, -0.01)):  # fmt: skip
+        _measured(
+            study,
+            {**best, "max_running_requests": running, "chunked_prefill_size": chunk},
+            100.0 * running,
+            {"p99_ttft_ms": ttft, "p99_tpot_ms": tpot},
+        )
+    trials = study.get_trials(deepcopy=False)
+    partner = window_partner(space, by_standing(trials))
+    assert partner is not None and partner.params["max_running_requests"] == 8
+    flipped = {**best, "max_running_requests": 8, "schedule_policy": "fcfs"}
+
+    def first(config: LocalSearchConfig, n: int = 6) -> list[dict]:
+        search, tried, out = LocalSearch(space, config, seed=0), {key(t.params) for t in trials}, []
+        while len(out) < n and (p := search.propose(trials, tried)) is not None:
+            out.append(p)
+            tried.add(key(p))
+        return out
+
+    assert flipped in first(LocalSearchConfig(partner_level=-15.0))
+    assert flipped not in first(LocalSearchConfig(partner_level=None))
 
 
 def test_between_the_best_trial_and_one_past_an_slos_edge_the_number_halfway_comes_first():

@@ -6,6 +6,9 @@ trials in three cases.
 - A *window*: while no trial meets every SLO, the best trial and one a number away break
   different SLOs; the SLOs can hold only between the two. A trial that breaks only the other
   SLOs and differs in more numbers marks one too (`wide`): each such number is tried halfway.
+  The trial nearest the best of those that break only the other SLOs is the window's
+  *partner* (`window_partner`): where no number between the two meets every SLO, the local
+  search tries the partner with another choice of a categorical param.
 - An *edge*: the best trial meets the SLOs and a trial a number away with more throughput breaks
   one; the best value of such a number sits on the SLO's edge between them.
 - A *carried edge*: a trial that serves about what the best does and sits further inside the
@@ -95,6 +98,44 @@ def window_moves(
                     seen.add(key(middle))
                     out.append(middle)
     return out
+
+
+def window_partner(
+    space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]
+) -> FrozenTrial | None:
+    """While the best trial breaks an SLO: of the trials that break only other SLOs (the far
+    side of a window), the one nearest the best in its params (numbers by their share of the
+    range, a categorical choice apart counting as a whole range), else None. Between the two,
+    the SLOs may hold nowhere on the line joining them (lpm at every running cap below 64
+    clients queues the TTFT tail past its limit before the TPOT limit is met); from the
+    partner's side, another param may open the way (fcfs at the partner's cap)."""
+    best, mine = scored[0]
+    if mine[0] != 0:
+        return None
+    broken = broken_slos(best)
+    partners = [
+        t for t, s in scored[1:] if s[0] == 0 and (other := broken_slos(t)) and not other & broken
+    ]
+    if not partners:
+        return None
+
+    def apart(t: FrozenTrial) -> float:
+        out = 0.0
+        for name in differs_in(best, t):
+            spec = space.params.get(name)
+            a, b = best.params.get(name), t.params.get(name)
+            if (
+                spec is not None
+                and spec.kind in ("int", "float")
+                and isinstance(a, int | float)
+                and isinstance(b, int | float)
+            ):
+                out += abs(unit(spec, float(a)) - unit(spec, float(b)))
+            else:
+                out += 1.0
+        return out
+
+    return min(partners, key=apart)
 
 
 def _nearest_sides(name: str, params: Mapping[str, Any], trials: list[FrozenTrial]) -> list[float]:

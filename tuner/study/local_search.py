@@ -29,7 +29,10 @@ best trial's moves come next (a restart).
 
 While no trial meets every SLO, and the best one and a trial one number away from it break
 different SLOs (a running cap too low for the TTFT tail, too high for TPOT), the number halfway
-between them comes first (a *window* move): the SLOs can hold only between the two. Once the
+between them comes first (a *window* move): the SLOs can hold only between the two. Where
+that line meets them nowhere (lpm queues the TTFT tail at every running cap low enough for
+the TPOT limit), the window's *partner* (the trial nearest the best that breaks only the other
+SLOs) is tried with each categorical param set to another choice (a *partner flip*). Once the
 best trial meets the SLOs, a trial one number away from it with more throughput that breaks one
 is bisected against it the same way (an *edge* move): the best value of such a number sits on
 the SLO's edge between the two. Edge moves start from the best trial and from every trial within
@@ -87,6 +90,7 @@ from tuner.study.bisection import (
     past_edge,
     valley_moves,
     window_moves,
+    window_partner,
 )
 from tuner.study.moves import Move, Params, complete, few_values, key, moves
 from tuner.study.standing import (
@@ -194,6 +198,17 @@ class LocalSearchConfig:
     # it in more than one number too (`window_moves`'s `wide`): each number halfway to the
     # nearest value such a trial has on either side of the best's. False: one number apart only.
     window_wide: bool = True
+    # Level of a *partner flip*: while no trial meets every SLO, of the trials that break only
+    # SLOs the best meets, the one nearest the best (`window_partner`) with a categorical param
+    # set to another choice. The line between the two may meet the SLOs nowhere (lpm below 64
+    # clients queues the TTFT tail past its limit at every running cap that meets the TPOT
+    # limit); at the partner's numbers another choice may (fcfs). Added to the move's own
+    # priority, after the window moves (-20) and before the extension (-10). Built for the
+    # spent Qwen3-30B cell over two H100s (model-free seed 2: nothing within both limits by 40
+    # trials -> the optimum); on the spent KV-dtype cell model-free 0.992 (worst 0.000) ->
+    # 1.000 (0.974); tpot-8b's full studies do not move (benchmarks/results/partner_flips.md).
+    # None: off.
+    partner_level: float | None = -15.0
     # Level of an *edge* move: once the best trial meets the SLOs, the same bisection between it
     # and a trial one number away with more throughput that breaks one (`edge_moves`). None: off.
     edge_level: float | None = -20.0
@@ -329,6 +344,8 @@ class LocalSearch:
             offset = self.config.boundary_offset or 0.0
             extra = self._from(boundary, scored, effects, tried, extend=self.config.boundary_extend)
             options += [(p + offset, r, tie, c) for p, r, tie, c in extra]
+        if self.config.partner_level is not None:
+            options += self._partner_flips(scored, effects, tried, self.config.partner_level)
         for base, _s in scored[1 : 1 + self.config.restarts]:
             if options:
                 break
@@ -339,6 +356,26 @@ class LocalSearch:
         if wait is not None:
             options = [(level + wait(p), r, tie, p) for level, r, tie, p in options]
         return min(options, key=lambda o: o[:3])[3]
+
+    def _partner_flips(
+        self,
+        scored: list[tuple[FrozenTrial, Standing]],
+        effects: dict[Effect, float],
+        tried: set[tuple[Any, ...]],
+        level: float,
+    ) -> list[tuple[float, float, float, Params]]:
+        """The window partner's untried moves of a categorical param (`partner_level`)."""
+        partner = window_partner(self.space, scored)
+        if partner is None:
+            return []
+        numbers = [n for n in partner.params if self.space.params[n].kind in ("int", "float")]
+        return [
+            (level + priority, rank, tie, candidate)
+            for priority, rank, tie, candidate in self._from(
+                partner, scored, effects, tried, extend=False
+            )
+            if all(same_value(candidate.get(n), partner.params[n]) for n in numbers)
+        ]
 
     def _branches(
         self, best: FrozenTrial, scored: list[tuple[FrozenTrial, Standing]]
