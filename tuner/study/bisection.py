@@ -77,14 +77,9 @@ def window_moves(
     best, mine = scored[0]
     if mine[0] != 0:
         return []
-    broken = broken_slos(best)
     out: list[Params] = []
-    partners: list[FrozenTrial] = []
-    for t, s in scored[1:]:
-        other = broken_slos(t)
-        if s[0] != 0 or not other or other & broken:
-            continue
-        partners.append(t)
+    partners = _far_side(scored)
+    for t in partners:
         middle = halfway(space, best, t)
         if middle is not None:
             out.append(middle)
@@ -110,12 +105,7 @@ def window_partner(
     clients queues the TTFT tail past its limit before the TPOT limit is met); from the
     partner's side, another param may open the way (fcfs at the partner's cap)."""
     best, mine = scored[0]
-    if mine[0] != 0:
-        return None
-    broken = broken_slos(best)
-    partners = [
-        t for t, s in scored[1:] if s[0] == 0 and (other := broken_slos(t)) and not other & broken
-    ]
+    partners = _far_side(scored) if mine[0] == 0 else []
     if not partners:
         return None
 
@@ -136,6 +126,15 @@ def window_partner(
         return out
 
     return min(partners, key=apart)
+
+
+def _far_side(scored: list[tuple[FrozenTrial, Standing]]) -> list[FrozenTrial]:
+    """The trials past an SLO that break only SLOs the best trial (`scored[0]`) meets, best
+    standing first: the far side of a window."""
+    broken = broken_slos(scored[0][0])
+    return [
+        t for t, s in scored[1:] if s[0] == 0 and (other := broken_slos(t)) and not other & broken
+    ]
 
 
 def _nearest_sides(name: str, params: Mapping[str, Any], trials: list[FrozenTrial]) -> list[float]:
