@@ -132,6 +132,8 @@ TOGGLE names the change (`TOGGLES`):
   only SLOs the best meets, the one nearest the best) is tried with each categorical param set
   to another choice, after the window moves (tuner/study/local_search.py `partner_level`;
   off: None).
+- `partner-late`: the partner flips after the extension of the last move that paid off (-5)
+  instead of before it (off: -15, as shipped).
 - `expected-cut`: a trial the SLO cut stopped stands, for the local search, by the violations
   its full run would likely have ended at: its stage's loads times the median factor by which
   the completed trials' full runs ended from that stage (tuner/trial/pruning.py `slo_cut`,
@@ -354,6 +356,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "plug-in-none": _guide_fields((), (("none_choices", True), ("plug_in", True))),
     "window-wide": _local_search("window_wide", True, off=False),
     "partner": _local_search("partner_level", -15.0, off=None),
+    "partner-late": _local_search("partner_level", -5.0, off=-15.0),
     "expected-cut": _expected_cut,
     "wide-expected": _expected_with(False, True),
     "expected-narrow": _expected_with(False, False),
