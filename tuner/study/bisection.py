@@ -110,20 +110,10 @@ def window_partner(
         return None
 
     def apart(t: FrozenTrial) -> float:
-        out = 0.0
-        for name in differs_in(best, t):
-            spec = space.params.get(name)
-            a, b = best.params.get(name), t.params.get(name)
-            if (
-                spec is not None
-                and spec.kind in ("int", "float")
-                and isinstance(a, int | float)
-                and isinstance(b, int | float)
-            ):
-                out += abs(unit(spec, float(a)) - unit(spec, float(b)))
-            else:
-                out += 1.0
-        return out
+        gaps = _gaps(space, best.params, t.params)
+        numbers = {name for _gap, name in gaps}
+        others = [name for name in differs_in(best, t) if name not in numbers]
+        return sum(gap for gap, _name in gaps) + len(others)
 
     return min(partners, key=apart)
 
@@ -373,9 +363,16 @@ def nearest_past(
 def by_gap(space: SearchSpace, a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     """The numbers both configurations set and set apart, the widest gap on the range's scale
     (log on a log range) first."""
-    gaps = [
+    gaps = _gaps(space, a, b)
+    return [name for gap, name in sorted(gaps, reverse=True) if gap > 0]
+
+
+def _gaps(
+    space: SearchSpace, a: Mapping[str, Any], b: Mapping[str, Any]
+) -> list[tuple[float, str]]:
+    """(gap on the range's scale, name) of each number both configurations set."""
+    return [
         (abs(unit(spec, float(a[name])) - unit(spec, float(b[name]))), name)
         for name, spec in space.params.items()
         if spec.kind in ("int", "float") and name in a and name in b
     ]
-    return [name for gap, name in sorted(gaps, reverse=True) if gap > 0]
