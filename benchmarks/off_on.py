@@ -103,6 +103,10 @@ TOGGLE names the change (`TOGGLES`):
   violation is past a limit by more than 2% over the square root of the group's size
   (tuner/study/stopping.py `pool_alike`; off: each as measured). A stop rule's change only,
   as `beat-defaults`.
+- `climb`: the stop rule also needs the last 12 launches to have moved the front by at most
+  twice a window's move, from the first launch within the SLOs where none before them is
+  (tuner/study/stopping.py `climb_window`; off: 0). A stop rule's change only, as
+  `beat-defaults`.
 - `settled`: a group of configurations the estimate cannot tell apart that two launches
   measured within 3% of each other in throughput and latency is settled: the polish's moves
   into it wait 25 levels (after every other move) and the corrected estimate's picks pass
@@ -134,6 +138,10 @@ TOGGLE names the change (`TOGGLES`):
   off: None).
 - `partner-late`: the partner flips after the extension of the last move that paid off (-5)
   instead of before it (off: -15, as shipped).
+- `edge-nearer`: an edge is bisected against the trial past its SLO nearest the base on its
+  line too, whatever that trial measured, in its full run or its last stage
+  (tuner/study/bisection.py `nearer_past`, tuner/study/local_search.py `edge_nearer`; off:
+  against the trials past the edge with more throughput than the best alone).
 - `expected-cut`: a trial the SLO cut stopped stands, for the local search, by the violations
   its full run would likely have ended at: its stage's loads times the median factor by which
   the completed trials' full runs ended from that stage (tuner/trial/pruning.py `slo_cut`,
@@ -350,12 +358,14 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "fresh-picks": _guide("fresh_picks"),
     "neighbour-checks": _guide_value("neighbour_checks", 0, 1),
     "pool-alike": _stop_rule("pool_alike", False, True),
+    "climb": _stop_rule("climb_window", 0, 12),
     "settled": _guide_value("settled_penalty", 0.0, 25.0),
     "none-choices": _guide("none_choices"),
     "plug-in": _guide("plug_in"),
     "plug-in-none": _guide_fields((), (("none_choices", True), ("plug_in", True))),
     "window-wide": _local_search("window_wide", True, off=False),
     "partner": _local_search("partner_level", -15.0, off=None),
+    "edge-nearer": _local_search("edge_nearer", True, off=False),
     "partner-late": _local_search("partner_level", -5.0, off=-15.0),
     "expected-cut": _expected_cut,
     "wide-expected": _expected_with(False, True),
@@ -373,6 +383,7 @@ STOP_ONLY = frozenset(
         "early-checks",
         "neighbour-checks",
         "pool-alike",
+        "climb",
     }
 )
 

@@ -689,6 +689,40 @@ def test_a_trial_the_slo_cut_stopped_marks_the_edge_with_its_stage_figures():
         assert (search.edge_move(trials, tried) is not None) is edge
 
 
+def test_a_cut_trial_past_the_limit_narrows_the_edge_whatever_it_measured():
+    """A held-out retrieval cell on an H100: between a feasible cap and one past the TPOT limit,
+    the halfway cap was stopped after its first stage by the front cut (its stage ran slower
+    than a full run), past the limit there. Its throughput marks no edge, and the bisection
+    ended on it: the halfway of 4 and 16 is 8 again. With `edge_nearer` the edge is bisected
+    against it, the nearest trial past the limit on the line: 6 (sqrt(4 x 8), log range)."""
+    space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    _measured(study, {**START, "max_running_requests": 4}, 400.0, {"p99_tpot_ms": -0.2})
+    _measured(study, {**START, "max_running_requests": 16}, 1500.0, {"p99_tpot_ms": 0.3})
+    constraints = {"launch": 0.0, "slo:p99_tpot_ms": 0.08}
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=optuna.trial.TrialState.PRUNED,
+            params={**START, "max_running_requests": 8},
+            distributions={k: _DISTRIBUTIONS[k] for k in START},
+            user_attrs={
+                record.OUTCOME: record.OUTCOME_PRUNED,
+                record.METRICS: {"output_throughput": 300.0},
+                record.CONSTRAINTS: constraints,
+                record.PRUNED: {"stage": 0, "reason": "r", "rule": record.CUT_FRONT, "up": 2.0},
+            },
+            system_attrs={"constraints": list(constraints.values())},
+        )
+    )
+    trials = study.get_trials(deepcopy=False)
+    tried = {key(t.params) for t in trials}
+    on = LocalSearch(space, LocalSearchConfig(edge_nearer=True), seed=0)
+    assert on.edge_move(trials, tried) == ({**START, "max_running_requests": 6}, 1500.0)
+    assert on.propose(trials, tried) == {**START, "max_running_requests": 6}
+    off = LocalSearch(space, LocalSearchConfig(edge_nearer=False), seed=0)
+    assert off.edge_move(trials, tried) is None
+
+
 def test_a_halfway_number_that_switches_a_param_on_proposes_it_too():
     """Window moves bisect draft steps 2 and 4 to 3, where adaptive speculation is a choice: the
     proposal carries it (at its first choice). Without it the sampler drew one, the proposal

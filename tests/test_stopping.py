@@ -91,6 +91,25 @@ def test_not_before_min_trials_nor_while_the_front_moves():
     assert decide(_trials(rising), StopRule(0.05, min_trials=6, patience=4)).stop
 
 
+def test_with_a_longer_look_back_a_search_climbing_in_small_steps_goes_on():
+    """Steps of 0.8% each leave a window of 4 quiet at min_gain 1% while the last 8 launches
+    climbed 2.4% (`climb_window`, off by default: measured, not kept). Where no launch before
+    the look back met the SLOs, it is measured from the first that did."""
+    climbing = [(100.0, 10.0)] * 3 + [(100.8, 10.0)] * 2 + [(101.6, 10.0)] * 2
+    climbing += [(102.4, 10.0)] * 4
+    assert decide(_trials(climbing), RULE).stop
+    longer = replace(RULE, climb_window=8)
+    decision = decide(_trials(climbing), longer)
+    assert not decision.stop and "still climbing" in decision.reason
+    assert "moved the front by 2.4%" in decision.reason
+    assert decide(_trials(climbing), replace(longer, climb_gain=0.03)).stop
+    # Every feasible launch within the look back: from the first of them, 100 -> 102.4.
+    late = [("slo", 90.0, 10.0)] * 4 + [(100.0, 10.0), (100.8, 10.0), (101.6, 10.0)]
+    late += [(102.4, 10.0)] * 5
+    assert not decide(_trials(late), longer).stop
+    assert decide(_trials([("slo", 90.0, 10.0)] * 4 + [(102.4, 10.0)] * 7), longer).stop
+
+
 def test_skips_and_repeats_do_not_count_as_launched_trials():
     points = [(100.0, 10.0)] * 4 + ["skipped", "repeat"] * 3 + [(100.0, 10.0)]
     decision = decide(_trials(points), RULE)

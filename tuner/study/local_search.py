@@ -256,6 +256,15 @@ class LocalSearchConfig:
     # recovered, the others ran the same, and two cells' median shares rose 3-5 points.
     # False: only the SLO cut's stops mark one.
     cut_edges: bool = False
+    # An edge is bisected against the nearest trial past it on its line too, whatever that
+    # trial measured, in its full run or its last stage (tuner/study/bisection.py
+    # `nearer_past`): a cap cut after a stage slower than a full run, between the best and
+    # the trial past the edge, otherwise ended the bisection. Measured on the five spent
+    # held-out cells with a TPOT limit and left off: as many stopped seeds below 0.98 of their
+    # full study either way, one rising to 1.000 and another falling to 0.941
+    # (benchmarks/results/edge_nearer.md). False: against the trials past the edge with more
+    # throughput than the best alone.
+    edge_nearer: bool = False
     # Level of a *valley* move (`valley_moves`): of trials that differ in one number only and all
     # miss the same SLOs, the one that misses by least and a neighbour (the nearest value
     # measured on either side), both by less than `valley_near` of a limit, both with more
@@ -591,6 +600,7 @@ class LocalSearch:
             config.edge_margin,
             config.cut_edges,
             config.carry_tie,
+            config.edge_nearer,
         )
 
     def seen_probe(
