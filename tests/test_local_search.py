@@ -646,6 +646,26 @@ def test_a_best_trial_within_the_margin_of_a_limit_is_taken_as_past_the_edge():
     assert sure.edge_move(trials, {key(t.params) for t in trials}) == above
 
 
+def _cut(study: optuna.Study, running: int, stage: float, tpot: float, rule: str | None) -> None:
+    """A trial at `running` stopped by the stage pruner's `rule` after its first stage, at a
+    stage throughput of `stage` and a p99 TPOT past its limit by `tpot`."""
+    constraints = {"launch": 0.0, "slo:p99_tpot_ms": tpot}
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=optuna.trial.TrialState.PRUNED,
+            params={**START, "max_running_requests": running},
+            distributions={k: _DISTRIBUTIONS[k] for k in START},
+            user_attrs={
+                record.OUTCOME: record.OUTCOME_PRUNED,
+                record.METRICS: {"output_throughput": stage},
+                record.CONSTRAINTS: constraints,
+                record.PRUNED: {"stage": 0, "reason": "r", "rule": rule, "up": 2.0},
+            },
+            system_attrs={"constraints": list(constraints.values())},
+        )
+    )
+
+
 def test_a_trial_the_slo_cut_stopped_marks_the_edge_with_its_stage_figures():
     """A cap far past the TPOT limit may be stopped after its first stage (the SLO cut,
     tuner/trial/pruning.py): its stage throughput still marks the edge to bisect. One the
@@ -665,21 +685,7 @@ def test_a_trial_the_slo_cut_stopped_marks_the_edge_with_its_stage_figures():
     for rule, stage, cut_edges, edge in cases:
         study = optuna.create_study(directions=["maximize", "minimize"])
         _measured(study, {**START, "max_running_requests": 4}, 400.0, {"p99_tpot_ms": -0.2})
-        constraints = {"launch": 0.0, "slo:p99_tpot_ms": 0.6}
-        study.add_trial(
-            optuna.trial.create_trial(
-                state=optuna.trial.TrialState.PRUNED,
-                params={**START, "max_running_requests": 16},
-                distributions={k: _DISTRIBUTIONS[k] for k in START},
-                user_attrs={
-                    record.OUTCOME: record.OUTCOME_PRUNED,
-                    record.METRICS: {"output_throughput": stage},
-                    record.CONSTRAINTS: constraints,
-                    record.PRUNED: {"stage": 0, "reason": "r", "rule": rule, "up": 2.0},
-                },
-                system_attrs={"constraints": list(constraints.values())},
-            )
-        )
+        _cut(study, 16, stage, 0.6, rule)
         trials = study.get_trials(deepcopy=False)
         assert record.learned_from(trials[1]) is (rule == record.CUT_SLO)
         search = LocalSearch(space, LocalSearchConfig(cut_edges=cut_edges), seed=0)
@@ -699,21 +705,7 @@ def test_a_cut_trial_past_the_limit_narrows_the_edge_whatever_it_measured():
     study = optuna.create_study(directions=["maximize", "minimize"])
     _measured(study, {**START, "max_running_requests": 4}, 400.0, {"p99_tpot_ms": -0.2})
     _measured(study, {**START, "max_running_requests": 16}, 1500.0, {"p99_tpot_ms": 0.3})
-    constraints = {"launch": 0.0, "slo:p99_tpot_ms": 0.08}
-    study.add_trial(
-        optuna.trial.create_trial(
-            state=optuna.trial.TrialState.PRUNED,
-            params={**START, "max_running_requests": 8},
-            distributions={k: _DISTRIBUTIONS[k] for k in START},
-            user_attrs={
-                record.OUTCOME: record.OUTCOME_PRUNED,
-                record.METRICS: {"output_throughput": 300.0},
-                record.CONSTRAINTS: constraints,
-                record.PRUNED: {"stage": 0, "reason": "r", "rule": record.CUT_FRONT, "up": 2.0},
-            },
-            system_attrs={"constraints": list(constraints.values())},
-        )
-    )
+    _cut(study, 8, 300.0, 0.08, record.CUT_FRONT)
     trials = study.get_trials(deepcopy=False)
     tried = {key(t.params) for t in trials}
     on = LocalSearch(space, LocalSearchConfig(edge_nearer=True), seed=0)
