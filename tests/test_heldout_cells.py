@@ -396,3 +396,20 @@ def test_the_bridge_world_sends_all_reduces_over_pcie_and_puts_the_tpot_limit_in
     # all-reduces over PCIe (19 us, 12 GB/s) cost every step more than NVLink's, more at 64
     assert mid.slo_values[1] > 1.1 * mid_shipped.slo_values[1]
     assert full.throughput < full_shipped.throughput
+
+
+def test_a_development_space_runs_in_a_held_out_world_by_its_name():
+    """`--worlds heldout/world-d`: the quick start's space judged in a world it was never
+    developed on (benchmarks/quality/worlds.py `world_file`); an unknown one is refused."""
+    from benchmarks.quality.cli import parse_args
+    from benchmarks.quality.worlds import world_space
+
+    space = world_space("seed-3s", "heldout/world-d")
+    assert Path(space.sim["profile_overrides"]) == HELDOUT / "world-d.yaml"
+    assert space.name.endswith(".seed-3s.heldout.world-d")
+    assert parse_args(["--worlds", "heldout/world-d,shipped"]).worlds == (
+        "heldout/world-d",
+        "shipped",
+    )
+    with pytest.raises(SystemExit):
+        parse_args(["--worlds", "heldout/world-zz"])

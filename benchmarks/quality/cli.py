@@ -22,7 +22,7 @@ from benchmarks.quality.scoring import collect
 from benchmarks.quality.served import served_check
 from benchmarks.quality.study import run_study
 from benchmarks.quality.truth import Oracle, find_optimum, summarize_optimum
-from benchmarks.quality.worlds import SPACES, load_cell, world_names
+from benchmarks.quality.worlds import SPACES, load_cell, world_file, world_names
 from tuner.space import default_space_path
 from tuner.study import quiet_optuna
 
@@ -104,8 +104,8 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument(
         "--worlds",
         default="",
-        help="comma-separated simulator worlds (benchmarks/worlds/*.yaml, or all): "
-        "run the world x space matrix instead of one space",
+        help="comma-separated simulator worlds (benchmarks/worlds/*.yaml, or all; "
+        "heldout/world-d: a held-out one): run the world x space matrix instead of one space",
     )
     p.add_argument(
         "--spaces",
@@ -166,7 +166,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
                 "plot": False,
             }
         )
-    bad_worlds = set(opts.worlds) - {*world_names(), "all"}
+    bad_worlds = {w for w in opts.worlds if w != "all" and not world_file(w).is_file()}
     if bad_worlds:
         p.error(f"unknown worlds {sorted(bad_worlds)}; known: {world_names()}")
     bad_spaces = set(opts.spaces) - set(SPACES)

@@ -43,6 +43,9 @@ from tuner.space.load import SpaceSource, read_space_file
 from tuner.study import StudyOptions, launch_target
 
 WORLDS_DIR = ROOT / "benchmarks" / "worlds"
+# A held-out world (benchmarks/heldout/README.md) is named `heldout/world-d`: a development
+# space judged in it is a held-out cell too.
+HELDOUT = "heldout/"
 SHIPPED = "shipped"
 
 
@@ -50,8 +53,15 @@ def world_names() -> list[str]:
     return sorted(p.stem for p in WORLDS_DIR.glob("*.yaml"))
 
 
+def world_file(name: str) -> Path:
+    """Where the world `name` is written (it may not exist)."""
+    if name.startswith(HELDOUT):
+        return ROOT / "benchmarks" / "heldout" / f"{name.removeprefix(HELDOUT)}.yaml"
+    return WORLDS_DIR / f"{name}.yaml"
+
+
 def world_path(name: str) -> Path:
-    path = WORLDS_DIR / f"{name}.yaml"
+    path = world_file(name)
     if not path.is_file():
         raise SystemExit(f"unknown world {name!r}; known: {', '.join(world_names())}")
     return path
@@ -104,7 +114,8 @@ def world_space(space_name: str, world: str | None) -> SearchSpace:
     overrides = SPACES[space_name](data)
     if world and world != SHIPPED:
         overrides["sim"] = {**data.get("sim", {}), "profile_overrides": str(world_path(world))}
-    overrides["name"] = f"{data['name']}.{space_name}" + (f".{world}" if world else "")
+    label = f".{world.replace('/', '.')}" if world else ""
+    overrides["name"] = f"{data['name']}.{space_name}{label}"
     return with_capacity(source, **overrides)
 
 
