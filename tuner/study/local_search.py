@@ -396,7 +396,7 @@ class LocalSearch:
         for name, spec in self.space.params.items():
             if spec.kind != "categorical" or name not in best.params:
                 continue
-            children = {o.name for o in self.space.params.values() if name in o.when}
+            children = _descendants(self.space, name)
             if not children:
                 continue
             rest = {k: repr(v) for k, v in best.params.items() if k != name and k not in children}
@@ -819,6 +819,20 @@ def _more_slots(move: Move, params: Mapping[str, Any]) -> bool:
         and isinstance(move.value, int | float)
         and move.value > current
     )
+
+
+def _descendants(space: SearchSpace, parent: str) -> set[str]:
+    """The params `parent` switches on, and those they switch on in turn: speculative
+    adaptation hangs on the draft steps, which hang on the algorithm. A branch of the
+    algorithm that counted its children alone never matched the best trial without a draft,
+    which sets neither (model-free search in the effects world at 3 s, docs/quality.md)."""
+    found: set[str] = set()
+    frontier = {parent}
+    while frontier:
+        step = {o.name for o in space.params.values() if frontier & set(o.when)} - found
+        found |= step
+        frontier = step
+    return found - {parent}
 
 
 def _child(space: SearchSpace, name: str, parent: str) -> bool:
