@@ -390,8 +390,9 @@ class LocalSearch:
         self, best: FrozenTrial, scored: list[tuple[FrozenTrial, Standing]]
     ) -> list[tuple[FrozenTrial, str]]:
         """(the best trial that differs from `best` only in another choice of a categorical
-        param that switches others on, and in those others; that param): its own params are
-        searched for a while, since one setting of them seldom shows what the branch can do."""
+        param that switches others on, and in the params that choice switches on, directly or
+        in turn (`_descendants`); that param): its own params are searched for a while, since
+        one setting of them seldom shows what the branch can do."""
         out = []
         for name, spec in self.space.params.items():
             if spec.kind != "categorical" or name not in best.params:
