@@ -364,27 +364,20 @@ def decide(
         return keep_going(f"no trial within the SLOs has beaten sglang's defaults{margin} yet")
     moved, again = _window_move(points, launched, split, rule, alike)
     what = _WHAT[rule.measure]
-    if moved > threshold:
+    # The window moved the front, or (`climb_window`) the longer look back still climbs.
+    climbed = 0.0 if moved > threshold else _climb(points, launched, rule, alike)
+    climb_gain = 2 * threshold if rule.climb_gain is None else rule.climb_gain
+    if moved > threshold or climbed > climb_gain:
         early = _early_check(points, launched, rule, threshold, outlook, alike)
         if early is not None:
             return keep_going(early.why, moved=moved, noise=noise, outlook=early)
         return keep_going(
-            f"the last {rule.patience} trials moved {what} by {moved:.1%}",
-            moved=moved,
-            noise=noise,
-        )
-    climbed = _climb(points, launched, rule, alike)
-    climb_gain = 2 * threshold if rule.climb_gain is None else rule.climb_gain
-    if climbed > climb_gain:
-        early = _early_check(points, launched, rule, threshold, outlook, alike)
-        return keep_going(
-            early.why
-            if early is not None
+            f"the last {rule.patience} trials moved {what} by {moved:.1%}"
+            if moved > threshold
             else f"the last {rule.climb_window} trials moved {what} by {climbed:.1%}: the "
             "search is still climbing",
             moved=moved,
             noise=noise,
-            outlook=early,
         )
     checks = [t for t in launched[split:] if t.user_attrs.get(record.GUIDED_BY) in COUNTED_CHECKS]
     if outlook is not None and len(checks) < rule.max_checks:
