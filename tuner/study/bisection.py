@@ -156,7 +156,7 @@ def edge_moves(
     (LocalSearchConfig.edge_tie), and lead to a trial past the edge that measured more than the
     best (with `bounds`, a cut trial's bound: `past_throughput`). A trial within `margin` of a
     limit counts as past it (`sure_view`). With `nearer`, each edge is bisected against the
-    nearest trial past it on its line too (`nearer_past`), whatever that one measured. With
+    nearest trial past it on its line too (`first_broken_on_line`), whatever that one measured. With
     `carry_tie`, the carried edges follow (`carried_edges`)."""
     scored = sure_view(scored, margin)
     best, mine = scored[0]
@@ -169,7 +169,7 @@ def edge_moves(
     beyond = past_edge(space, scored, top, bounds)
     for base in bases:
         for t, past in beyond:
-            closer = nearer_past(space, scored, base, t) if nearer else t
+            closer = first_broken_on_line(space, scored, base, t) if nearer else t
             for middle in (
                 halfway(space, base, t),
                 None if closer is t else halfway(space, base, closer),
@@ -186,7 +186,7 @@ def edge_moves(
     return out
 
 
-def nearer_past(
+def first_broken_on_line(
     space: SearchSpace,
     scored: list[tuple[FrozenTrial, Standing]],
     base: FrozenTrial,
