@@ -140,8 +140,11 @@ TOGGLE names the change (`TOGGLES`):
   instead of before it (off: -15, as shipped).
 - `edge-nearer`: an edge is bisected against the trial past its SLO nearest the base on its
   line too, whatever that trial measured, in its full run or its last stage
-  (tuner/study/bisection.py `nearer_past`, tuner/study/local_search.py `edge_nearer`; off:
+  (tuner/study/bisection.py `first_broken_on_line`, tuner/study/local_search.py `edge_nearer`; off:
   against the trials past the edge with more throughput than the best alone).
+- `deep-context`: a move's learnt effect and its context read every param the moved one
+  switches on in turn, not its children alone (tuner/study/local_search.py `deep_context`;
+  off: the direct children).
 - `expected-cut`: a trial the SLO cut stopped stands, for the local search, by the violations
   its full run would likely have ended at: its stage's loads times the median factor by which
   the completed trials' full runs ended from that stage (tuner/trial/pruning.py `slo_cut`,
@@ -366,6 +369,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "window-wide": _local_search("window_wide", True, off=False),
     "partner": _local_search("partner_level", -15.0, off=None),
     "edge-nearer": _local_search("edge_nearer", True, off=False),
+    "deep-context": _local_search("deep_context", True, off=False),
     "partner-late": _local_search("partner_level", -5.0, off=-15.0),
     "expected-cut": _expected_cut,
     "wide-expected": _expected_with(False, True),
@@ -486,15 +490,24 @@ def main(argv: list[str]) -> None:
 
 
 def _per_seed(results: list[tuple[str, str, int, Runs]]) -> None:
-    print("\n| world | space | seed | stopped: best / full | launches | GPU-hour share |")
-    print("|---|---|---:|---|---|---|")
+    tops: dict[tuple[str, str], float] = {}
+    for world, space, _seed, out in results:
+        top = max(o[0] for o in out.values())
+        tops[(world, space)] = max(tops.get((world, space), 0.0), top)
+    print(
+        "\n| world | space | seed | full: best / cell's best | stopped: best / full | launches "
+        "| GPU-hour share |"
+    )
+    print("|---|---|---:|---|---|---|---|")
     for world, space, seed, out in results:
-        cols: list[list[str]] = [[], [], []]
+        cols: list[list[str]] = [[], [], [], []]
+        top = tops[(world, space)] or 1.0
         for state in ("off", "on"):
             full, stop = out[f"full-{state}"], out[f"stop-{state}"]
-            cols[0].append(f"{stop[0] / full[0] if full[0] else 1.0:.3f}")
-            cols[1].append(f"{stop[2]}")
-            cols[2].append(f"{stop[1] / full[1]:.1%}")
+            cols[0].append(f"{full[0] / top:.3f}")
+            cols[1].append(f"{stop[0] / full[0] if full[0] else 1.0:.3f}")
+            cols[2].append(f"{stop[2]}")
+            cols[3].append(f"{stop[1] / full[1]:.1%}")
         row = " | ".join(" -> ".join(c) for c in cols)
         print(f"| {world} | {space} | {seed} | {row} |")
 

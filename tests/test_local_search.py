@@ -1185,3 +1185,27 @@ def test_a_branch_is_found_across_the_params_its_choice_switches_on_in_turn():
     scored = by_standing(study.get_trials(deepcopy=False))
     branches = LocalSearch(space, seed=0)._branches(scored[0][0], scored)
     assert [(t.number, name) for t, name in branches] == [(1, "speculative_algorithm")]
+
+
+def test_a_moves_effect_is_learnt_across_the_params_its_choice_switches_on_in_turn():
+    """The move None -> NEXTN, from a trial without a draft to one at 1 step: the NEXTN trial
+    sets adaptive speculation too (it hangs on the steps), so a pair grouped by every param but
+    the algorithm and its children never matched. With `deep_context` the pair is one move,
+    and its effect is learnt."""
+    adaptive = {"choices": [None, True], "when": {"speculative_num_steps": [1, 3, 5]}}
+    space = space_from_dict(
+        {**SPACE, "params": {**SPACE["params"], "speculative_adaptive": adaptive}}
+    )
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    plain = {**START, "max_running_requests": 16}
+    _measured(study, plain, 300.0, {"p99_ttft_ms": -0.3})
+    draft = {**plain, "speculative_algorithm": "NEXTN", "speculative_num_steps": 1}
+    _measured(study, {**draft, "speculative_adaptive": None}, 380.0, {"p99_ttft_ms": -0.2})
+    trials = study.get_trials(deepcopy=False)
+    move = ("speculative_algorithm", "None", "'NEXTN'", ())
+    assert move not in _move_effects(space, trials, deep=False)
+    assert _move_effects(space, trials, deep=True)[move] == 1.0
+    assert LocalSearchConfig().deep_context
+    back = ("speculative_algorithm", "'NEXTN'", "None")
+    deep_back = [k for k in _move_effects(space, trials, deep=True) if k[:3] == back]
+    assert len(deep_back) == 1 and dict(deep_back[0][3])["speculative_adaptive"] == "None"

@@ -258,13 +258,21 @@ class LocalSearchConfig:
     cut_edges: bool = False
     # An edge is bisected against the nearest trial past it on its line too, whatever that
     # trial measured, in its full run or its last stage (tuner/study/bisection.py
-    # `nearer_past`): a cap cut after a stage slower than a full run, between the best and
+    # `first_broken_on_line`): a cap cut after a stage slower than a full run, between the best and
     # the trial past the edge, otherwise ended the bisection. Measured on the five spent
     # held-out cells with a TPOT limit and left off: as many stopped seeds below 0.98 of their
     # full study either way, one rising to 1.000 and another falling to 0.941
     # (benchmarks/results/edge_nearer.md). False: against the trials past the edge with more
     # throughput than the best alone.
     edge_nearer: bool = False
+    # A move's effect (`_move_effects`) and its context (`_context`) read every param the
+    # moved one switches on, directly or through another (`_descendants`), not its children
+    # alone: a NEXTN trial sets adaptive speculation through its draft steps, so the move
+    # None -> NEXTN was never learnt from a pair of trials, as `_branches` once missed it.
+    # Seeds 0-4 of the twelve seed cells: two of the default's full studies rise (0.986 ->
+    # 0.999, 0.981 -> 0.999) and none falls; model-free, six rise and four fall, every median
+    # 0.949 or more (benchmarks/results/deep_context.md). False: the direct children alone.
+    deep_context: bool = True
     # Level of a *valley* move (`valley_moves`): of trials that differ in one number only and all
     # miss the same SLOs, the one that misses by least and a neighbour (the nearest value
     # measured on either side), both by less than `valley_near` of a limit, both with more
@@ -307,7 +315,9 @@ class LocalSearch:
         scored = by_standing(trials)
         if not scored:
             return None
-        effects = _move_effects(self.space, trials, self.config.infeasible_effects)
+        effects = _move_effects(
+            self.space, trials, self.config.infeasible_effects, self.config.deep_context
+        )
         self._trend = (
             Trend.fit(self.space, trials, feasible_only=self.config.trend_feasible)
             if self.config.trend_weight
@@ -454,7 +464,7 @@ class LocalSearch:
                 priority += self.config.branch_offset - (1.0 if own else 0.0)
             if queued and _more_slots(move, params):
                 priority -= self.config.slots_bonus
-            found = _effect_of(self.space, params, move)
+            found = _effect_of(self.space, params, move, self.config.deep_context)
             effect = None if found is None else effects.get(found)
             if effect is not None:
                 priority += self.config.worse_penalty if effect < 0 else -self.config.better_bonus
@@ -549,8 +559,10 @@ class LocalSearch:
             if not self.config.blind_known_skip:
                 return False
             if effects is None:
-                effects = _move_effects(self.space, trials, self.config.infeasible_effects)
-            found = _effect_of(self.space, params, move)
+                effects = _move_effects(
+                    self.space, trials, self.config.infeasible_effects, self.config.deep_context
+                )
+            found = _effect_of(self.space, params, move, self.config.deep_context)
             return found is not None and effects.get(found, 0.0) < 0
 
         return worse
@@ -702,12 +714,22 @@ Effect = tuple[str, str, str, tuple[tuple[str, str], ...]]  # param, from, to, i
 
 
 def _context(
-    space: SearchSpace, params: Mapping[str, Any], name: str
+    space: SearchSpace, params: Mapping[str, Any], name: str, deep: bool = False
 ) -> tuple[tuple[str, str], ...]:
-    """The values of the params that `name` switches on or off (its children), as they are in
-    `params`: a move's effect carries over only where they are the same. Draft steps 3 -> 1
-    without adaptive speculation says nothing about the same move with it."""
-    return tuple((k, repr(v)) for k, v in params.items() if _child(space, k, name))
+    """The values of the params that `name` switches on or off (its children; with `deep`,
+    their children in turn), as they are in `params`: a move's effect carries over only where
+    they are the same. Draft steps 3 -> 1 without adaptive speculation says nothing about the
+    same move with it."""
+    switched = _switched(space, name, deep)
+    return tuple((k, repr(v)) for k, v in params.items() if k in switched)
+
+
+def _switched(space: SearchSpace, name: str, deep: bool) -> set[str]:
+    """The params `name` switches on: its children, or with `deep` every param below it
+    (`LocalSearchConfig.deep_context`)."""
+    if deep:
+        return _descendants(space, name)
+    return {k for k in space.params if _child(space, k, name)}
 
 
 def _value_best(
@@ -738,7 +760,9 @@ def _known_low(
     return frozenset(at for at, value in value_best.items() if value < floor)
 
 
-def _effect_of(space: SearchSpace, params: Mapping[str, Any], move: Move) -> Effect | None:
+def _effect_of(
+    space: SearchSpace, params: Mapping[str, Any], move: Move, deep: bool = False
+) -> Effect | None:
     """The key `_move_effects` gives `move` from `params`; None for a move that switches on a
     param `params` already sets (two moves in one, which no single pair of trials measured)."""
     if any(name in params for name, _v in move.switched_on):
@@ -747,12 +771,12 @@ def _effect_of(space: SearchSpace, params: Mapping[str, Any], move: Move) -> Eff
         move.param,
         repr(params.get(move.param)),
         repr(move.value),
-        _context(space, params, move.param),
+        _context(space, params, move.param, deep),
     )
 
 
 def _move_effects(
-    space: SearchSpace, trials: Sequence[FrozenTrial], infeasible: bool = True
+    space: SearchSpace, trials: Sequence[FrozenTrial], infeasible: bool = True, deep: bool = False
 ) -> dict[Effect, float]:
     """(param, from value, to value, context) -> +1 when a trial that differed from another only
     in that param (and in the params it switches) was better for the change, -1 when worse (the
@@ -763,12 +787,11 @@ def _move_effects(
         if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and informative(t) and t.params
     ]
     by_rest: dict[tuple[str, tuple[Any, ...]], list[FrozenTrial]] = {}
+    switched = {name: _switched(space, name, deep) for name in space.params}
     for t in finished:
         for name in t.params:
             if name in space.params and space.params[name].kind != "derived":
-                rest = {
-                    k: v for k, v in t.params.items() if k != name and not _child(space, k, name)
-                }
+                rest = {k: v for k, v in t.params.items() if k != name and k not in switched[name]}
                 by_rest.setdefault((name, key(rest)), []).append(t)
     effects: dict[Effect, float] = {}
     for (name, _rest), group in by_rest.items():
@@ -781,7 +804,10 @@ def _move_effects(
                 sa, sb = outcome(a), outcome(b)
                 if sa == sb or (not infeasible and sa[0] < 1 and sb[0] < 1):
                     continue
-                ca, cb = _context(space, a.params, name), _context(space, b.params, name)
+                ca, cb = (
+                    _context(space, a.params, name, deep),
+                    _context(space, b.params, name, deep),
+                )
                 if any(v != dict(cb)[k] for k, v in ca if k in dict(cb)):
                     continue  # a switched param both have differs: two moves, not one
                 effects[(name, va, vb, ca)] = 1.0 if sb > sa else -1.0
