@@ -13,6 +13,7 @@ from support.fixture_studies import add_graded_trial
 from tuner.results import record
 from tuner.results.record import GUIDED_BY
 from tuner.space.load import space_from_dict
+from tuner.space.model import SearchSpace
 from tuner.study.bisection import window_partner
 from tuner.study.guide import Guide, GuideConfig
 from tuner.study.local_search import (
@@ -1167,12 +1168,10 @@ def test_the_trend_among_the_feasible_trials_points_up_the_throughput_not_into_t
     )
 
 
-def test_a_branch_is_found_across_the_params_its_choice_switches_on_in_turn():
-    """Adaptive speculation hangs on the draft steps, which hang on the algorithm: a NEXTN
-    trial sets it (None), the best trial without a draft sets neither. Counting the
-    algorithm's children alone, the NEXTN trial matched no branch of the best, and model-free
-    search in the effects world at 3 s never moved its draft steps at the memory its slots
-    needed (0.783 of the optimum in six seeds of ten, docs/quality.md)."""
+def _plain_then_nextn(draft_ttft: float) -> tuple[SearchSpace, optuna.Study]:
+    """A space whose adaptive speculation hangs on the draft steps, and a study of two trials:
+    no draft at 300 tok/s within the TTFT limit, then NEXTN at 1 step at 380 (adaptive
+    speculation unset) at `draft_ttft` of the limit past it."""
     adaptive = {"choices": [None, True], "when": {"speculative_num_steps": [1, 3, 5]}}
     space = space_from_dict(
         {**SPACE, "params": {**SPACE["params"], "speculative_adaptive": adaptive}}
@@ -1181,7 +1180,17 @@ def test_a_branch_is_found_across_the_params_its_choice_switches_on_in_turn():
     plain = {**START, "max_running_requests": 16}
     _measured(study, plain, 300.0, {"p99_ttft_ms": -0.3})
     draft = {**plain, "speculative_algorithm": "NEXTN", "speculative_num_steps": 1}
-    _measured(study, {**draft, "speculative_adaptive": None}, 380.0, {"p99_ttft_ms": 0.5})
+    _measured(study, {**draft, "speculative_adaptive": None}, 380.0, {"p99_ttft_ms": draft_ttft})
+    return space, study
+
+
+def test_a_branch_is_found_across_the_params_its_choice_switches_on_in_turn():
+    """Adaptive speculation hangs on the draft steps, which hang on the algorithm: a NEXTN
+    trial sets it (None), the best trial without a draft sets neither. Counting the
+    algorithm's children alone, the NEXTN trial matched no branch of the best, and model-free
+    search in the effects world at 3 s never moved its draft steps at the memory its slots
+    needed (0.783 of the optimum in six seeds of ten, docs/quality.md)."""
+    space, study = _plain_then_nextn(0.5)
     scored = by_standing(study.get_trials(deepcopy=False))
     branches = LocalSearch(space, seed=0)._branches(scored[0][0], scored)
     assert [(t.number, name) for t, name in branches] == [(1, "speculative_algorithm")]
@@ -1192,15 +1201,7 @@ def test_a_moves_effect_is_learnt_across_the_params_its_choice_switches_on_in_tu
     sets adaptive speculation too (it hangs on the steps), so a pair grouped by every param but
     the algorithm and its children never matched. With `deep_context` the pair is one move,
     and its effect is learnt."""
-    adaptive = {"choices": [None, True], "when": {"speculative_num_steps": [1, 3, 5]}}
-    space = space_from_dict(
-        {**SPACE, "params": {**SPACE["params"], "speculative_adaptive": adaptive}}
-    )
-    study = optuna.create_study(directions=["maximize", "minimize"])
-    plain = {**START, "max_running_requests": 16}
-    _measured(study, plain, 300.0, {"p99_ttft_ms": -0.3})
-    draft = {**plain, "speculative_algorithm": "NEXTN", "speculative_num_steps": 1}
-    _measured(study, {**draft, "speculative_adaptive": None}, 380.0, {"p99_ttft_ms": -0.2})
+    space, study = _plain_then_nextn(-0.2)
     trials = study.get_trials(deepcopy=False)
     move = ("speculative_algorithm", "None", "'NEXTN'", ())
     assert move not in _move_effects(space, trials, deep=False)
