@@ -720,8 +720,12 @@ def _context(
     their children in turn), as they are in `params`: a move's effect carries over only where
     they are the same. Draft steps 3 -> 1 without adaptive speculation says nothing about the
     same move with it."""
-    switched = _switched(space, name, deep)
-    return tuple((k, repr(v)) for k, v in params.items() if k in switched)
+    return _values_of(params, _switched(space, name, deep))
+
+
+def _values_of(params: Mapping[str, Any], names: set[str]) -> tuple[tuple[str, str], ...]:
+    """(name, repr of its value) of the params among `names` that `params` sets."""
+    return tuple((k, repr(v)) for k, v in params.items() if k in names)
 
 
 def _switched(space: SearchSpace, name: str, deep: bool) -> set[str]:
@@ -804,10 +808,7 @@ def _move_effects(
                 sa, sb = outcome(a), outcome(b)
                 if sa == sb or (not infeasible and sa[0] < 1 and sb[0] < 1):
                     continue
-                ca, cb = (
-                    _context(space, a.params, name, deep),
-                    _context(space, b.params, name, deep),
-                )
+                ca, cb = _values_of(a.params, switched[name]), _values_of(b.params, switched[name])
                 if any(v != dict(cb)[k] for k, v in ca if k in dict(cb)):
                     continue  # a switched param both have differs: two moves, not one
                 effects[(name, va, vb, ca)] = 1.0 if sb > sa else -1.0
