@@ -1210,3 +1210,17 @@ def test_a_moves_effect_is_learnt_across_the_params_its_choice_switches_on_in_tu
     back = ("speculative_algorithm", "'NEXTN'", "None")
     deep_back = [k for k in _move_effects(space, trials, deep=True) if k[:3] == back]
     assert len(deep_back) == 1 and dict(deep_back[0][3])["speculative_adaptive"] == "None"
+
+
+def test_an_untried_pair_leaves_out_the_params_its_choice_switches_on_in_turn():
+    """The move None -> NEXTN sets adaptive speculation too (it hangs on the draft steps): a
+    value of it that no NEXTN trial ran is the move's own, not an untried pair of two params
+    the trials ran apart (`deep_context`); counting the algorithm's children alone, it was."""
+    space, study = _plain_then_nextn(0.5)
+    trials = study.get_trials(deepcopy=False)
+    plain = trials[0].params
+    move = next(m for m in moves(space, plain) if m.param == "speculative_algorithm")
+    candidate = {**plain, move.param: move.value, "speculative_num_steps": 3}
+    candidate["speculative_adaptive"] = True  # the NEXTN trial ran it unset
+    assert _untried_pair(space, trials, move, candidate, deep=False)
+    assert not _untried_pair(space, trials, move, candidate, deep=True)

@@ -271,7 +271,10 @@ class LocalSearchConfig:
     # None -> NEXTN was never learnt from a pair of trials, as `_branches` once missed it.
     # Seeds 0-4 of the twelve seed cells: two of the default's full studies rise (0.986 ->
     # 0.999, 0.981 -> 0.999) and none falls; model-free, six rise and four fall, every median
-    # 0.949 or more (benchmarks/results/deep_context.md). False: the direct children alone.
+    # 0.949 or more (benchmarks/results/deep_context.md). The blind check (`_blind`) and the
+    # untried pairs (`_untried_pair`) read them the same way since: no study of those cells
+    # moved, default or model-free (benchmarks/results/deep_pairs.md). False: the direct
+    # children alone, everywhere.
     deep_context: bool = True
     # Level of a *valley* move (`valley_moves`): of trials that differ in one number only and all
     # miss the same SLOs, the one that misses by least and a neighbour (the nearest value
@@ -483,7 +486,9 @@ class LocalSearch:
                 if (
                     lost
                     and self.config.pair_bonus
-                    and _untried_pair(self.space, measured, move, candidate)
+                    and _untried_pair(
+                        self.space, measured, move, candidate, self.config.deep_context
+                    )
                 ):
                     gain = max(gain, 0.0) + self.config.pair_bonus / self.config.trend_weight
                 priority -= self.config.trend_weight * gain
@@ -681,10 +686,9 @@ class LocalSearch:
             return False
         if move.param in self.blind or any(name in self.blind for name, _v in move.switched_on):
             return True
+        below = _switched(self.space, move.param, self.config.deep_context)
         return any(
-            _child(self.space, name, move.param) and params[name] is not None
-            for name in params
-            if name in self.blind
+            name in below and params[name] is not None for name in params if name in self.blind
         )
 
     def _apply(
@@ -714,7 +718,7 @@ Effect = tuple[str, str, str, tuple[tuple[str, str], ...]]  # param, from, to, i
 
 
 def _context(
-    space: SearchSpace, params: Mapping[str, Any], name: str, deep: bool = False
+    space: SearchSpace, params: Mapping[str, Any], name: str, deep: bool = True
 ) -> tuple[tuple[str, str], ...]:
     """The values of the params that `name` switches on or off (its children; with `deep`,
     their children in turn), as they are in `params`: a move's effect carries over only where
@@ -765,7 +769,7 @@ def _known_low(
 
 
 def _effect_of(
-    space: SearchSpace, params: Mapping[str, Any], move: Move, deep: bool = False
+    space: SearchSpace, params: Mapping[str, Any], move: Move, deep: bool = True
 ) -> Effect | None:
     """The key `_move_effects` gives `move` from `params`; None for a move that switches on a
     param `params` already sets (two moves in one, which no single pair of trials measured)."""
@@ -780,7 +784,7 @@ def _effect_of(
 
 
 def _move_effects(
-    space: SearchSpace, trials: Sequence[FrozenTrial], infeasible: bool = True, deep: bool = False
+    space: SearchSpace, trials: Sequence[FrozenTrial], infeasible: bool = True, deep: bool = True
 ) -> dict[Effect, float]:
     """(param, from value, to value, context) -> +1 when a trial that differed from another only
     in that param (and in the params it switches) was better for the change, -1 when worse (the
@@ -930,20 +934,25 @@ def _between(
 
 
 def _untried_pair(
-    space: SearchSpace, trials: Sequence[FrozenTrial], move: Move, candidate: Mapping[str, Any]
+    space: SearchSpace,
+    trials: Sequence[FrozenTrial],
+    move: Move,
+    candidate: Mapping[str, Any],
+    deep: bool = True,
 ) -> bool:
     """`move` sets a categorical param to a value that none of `trials` ran beside the value
     `candidate` has of some other categorical param (params the move switches aside)."""
     if space.params[move.param].kind != "categorical":
         return False
     mates = [t for t in trials if same_value(t.params.get(move.param), move.value)]
+    switched = _switched(space, move.param, deep)
     return any(
         not any(same_value(t.params.get(name), value) for t in mates)
         for name, value in candidate.items()
         if name != move.param
         and name in space.params
         and space.params[name].kind == "categorical"
-        and not _child(space, name, move.param)
+        and name not in switched
     )
 
 
