@@ -142,9 +142,13 @@ TOGGLE names the change (`TOGGLES`):
   line too, whatever that trial measured, in its full run or its last stage
   (tuner/study/bisection.py `first_broken_on_line`, tuner/study/local_search.py `edge_nearer`; off:
   against the trials past the edge with more throughput than the best alone).
-- `deep-context`: a move's learnt effect and its context read every param the moved one
-  switches on in turn, not its children alone (tuner/study/local_search.py `deep_context`;
-  off: the direct children).
+- `deep-context`: a move's learnt effect, its context, the blind check and the untried pairs
+  read every param the moved one switches on in turn, not its children alone
+  (tuner/study/local_search.py `deep_context`; off: the direct children).
+- `slot-repairs`: without an estimate, every trial past a TTFT SLO that queued for running
+  slots and measured at least 85% of the best trial's throughput is moved to its most slots
+  (tuner/study/local_search.py `repair_level`; off: none; with an estimate it is never made,
+  so only model-free runs move).
 - `expected-cut`: a trial the SLO cut stopped stands, for the local search, by the violations
   its full run would likely have ended at: its stage's loads times the median factor by which
   the completed trials' full runs ended from that stage (tuner/trial/pruning.py `slo_cut`,
@@ -370,6 +374,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "partner": _local_search("partner_level", -15.0, off=None),
     "edge-nearer": _local_search("edge_nearer", True, off=False),
     "deep-context": _local_search("deep_context", True, off=False),
+    "slot-repairs": _local_search("repair_level", 0.0, off=None),
     "partner-late": _local_search("partner_level", -5.0, off=-15.0),
     "expected-cut": _expected_cut,
     "wide-expected": _expected_with(False, True),

@@ -184,10 +184,12 @@ def _measured(
     throughput: float,
     slos: dict[str, float],
     repeat: dict | None = None,
+    named: bool = False,
 ) -> None:
     """A completed trial of `params` with its SLO constraints graded (> 0: violated); with
-    `repeat`, the user attributes that make it a repeat of another trial."""
-    add_graded_trial(study, params, _DISTRIBUTIONS, throughput, slos, repeat)
+    `repeat`, the user attributes that make it a repeat of another trial (or any others);
+    `named`: its constraints recorded by name too."""
+    add_graded_trial(study, params, _DISTRIBUTIONS, throughput, slos, repeat, named)
 
 
 def _tpot_study(
@@ -1224,3 +1226,59 @@ def test_an_untried_pair_leaves_out_the_params_its_choice_switches_on_in_turn():
     candidate["speculative_adaptive"] = True  # the NEXTN trial ran it unset
     assert _untried_pair(space, trials, move, candidate, deep=False)
     assert not _untried_pair(space, trials, move, candidate, deep=True)
+
+
+def _queued_nextn(stage_share: float, running: int) -> tuple[SearchSpace, list, dict]:
+    """No draft at 16 of 16 clients within the TTFT limit (330 tok/s, memory 0.91), and NEXTN
+    at 1 step and the same memory, past the limit, that ran `running` requests at once and
+    measured `stage_share` of the best's throughput: its trials and the NEXTN params."""
+    space = space_from_dict(SPACE)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    plain = {**START, "max_running_requests": 16, "mem_fraction_static": 0.91}
+    ran = {record.CAPACITY: {"max_running_requests": 16}}
+    _measured(study, plain, 330.0, {"p99_ttft_ms": -0.3}, ran, named=True)
+    draft = {**plain, "speculative_algorithm": "NEXTN", "speculative_num_steps": 1}
+    queued = {record.CAPACITY: {"max_running_requests": running}}
+    _measured(study, draft, 330.0 * stage_share, {"p99_ttft_ms": 1.4}, queued, named=True)
+    return space, study.get_trials(deepcopy=False), draft
+
+
+def test_a_trial_that_queued_past_the_ttft_limit_is_given_more_slots():
+    """Model-free search, seed space at 3 s (shipped, seed 1): NEXTN at 1 step and memory 0.91
+    ran 15 of 16 clients at once and queued the TTFT tail past the limit; cut after its first
+    stage, it measured 0.9 of the best trial's throughput (no draft). The same at memory 0.95
+    is the optimum, but the search moved from NEXTN at 5 steps (the branch's least violation),
+    and this trial was never a base. The slot repair moves it to its most running slots."""
+    space, trials, draft = _queued_nextn(0.9, 15)
+    tried = {key(t.params) for t in trials}
+    search = LocalSearch(space, seed=0)
+    repaired = [c for *_, c in search._repairs(by_standing(trials), {}, tried, 0.0)]
+    # Each slot flag to the top of its range (the cap is there already), nothing else.
+    assert repaired == [{**draft, "mem_fraction_static": 0.95}]
+    halfway = LocalSearch(space, LocalSearchConfig(repair_ends=False), seed=0)
+    more = [c for *_, c in halfway._repairs(by_standing(trials), {}, tried, 0.0)]
+    assert len(more) > 1 and all(c["speculative_num_steps"] == 1 for c in more)
+    # It ran every client (nothing queued), or measured too little to matter: no repair.
+    for share, running in ((0.9, 16), (0.8, 15)):
+        space, trials, _draft = _queued_nextn(share, running)
+        assert not search._repairs(by_standing(trials), {}, tried, 0.0)
+
+
+def test_slot_repairs_are_made_only_without_an_estimate(monkeypatch):
+    """With an estimate to rank the moves (the default), the repairs are not made: there the
+    full studies ran the same and the stopped ones spent more (docs/quality.md)."""
+    space, trials, _draft = _queued_nextn(0.9, 15)
+    tried = {key(t.params) for t in trials}
+    search = LocalSearch(space, seed=0)
+    calls = []
+    real = search._repairs
+    monkeypatch.setattr(search, "_repairs", lambda *a: calls.append(1) or real(*a))
+    search.propose(trials, tried)
+    assert calls == [1]
+    search.rank = lambda params: 0.0
+    search.propose(trials, tried)
+    assert calls == [1]
+    off = LocalSearch(space, LocalSearchConfig(repair_level=None), seed=0)
+    monkeypatch.setattr(off, "_repairs", lambda *a: calls.append(1) or [])
+    off.propose(trials, tried)
+    assert calls == [1]

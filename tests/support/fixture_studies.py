@@ -338,10 +338,12 @@ def add_graded_trial(
     throughput: float,
     slos: dict[str, float],
     user_attrs: dict[str, Any] | None = None,
+    named: bool = False,
 ) -> None:
     """Add a launched trial that served its benchmark, as `tuner optimize` records it: `slos`
     maps each SLO metric to its graded constraint (> 0: violated by that share of the limit);
-    `user_attrs` adds to the record (a repeat's, the guide's tag)."""
+    `user_attrs` adds to the record (a repeat's, the guide's tag); `named` records the
+    constraints by name too, as Optuna 5 reads them (`trial.constraints`)."""
     constraints = {"launch": 0.0, **{f"slo:{k}": v for k, v in slos.items()}}
     study.add_trial(
         create_trial(
@@ -355,5 +357,6 @@ def add_graded_trial(
                 **(user_attrs or {}),
             },
             system_attrs={"constraints": list(constraints.values())},
+            constraints=constraints if named else None,
         )
     )
