@@ -292,7 +292,8 @@ class LocalSearchConfig:
     # end at the defaults and none falls by more than 1%; at 10 s the medians do not move
     # (benchmarks/results/slot_repairs.md). With an estimate (the default) the full studies ran
     # the same but for one seed, and the stopped ones spent more (slow constants at 10 s:
-    # median share 45% -> 52%), so there the corrected estimate's picks do this. None: off.
+    # median share 45% -> 52%), so it is not made there, though it raised that one seed
+    # (slow constants 3 s: nothing within the limit -> the optimum). None: off.
     repair_level: float | None = 0.0
     repair_share: float = 0.15
     repair_ends: bool = True
