@@ -77,6 +77,7 @@ import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
@@ -414,13 +415,14 @@ class LocalSearch:
         if partner is None:
             return []
         numbers = [n for n in partner.params if self.space.params[n].kind in ("int", "float")]
-        return [
-            (level + priority, rank, tie, candidate)
-            for priority, rank, tie, candidate in self._from(
-                partner, scored, effects, tried, extend=False
-            )
-            if all(same_value(candidate.get(n), partner.params[n]) for n in numbers)
-        ]
+        return self._kept_moves(
+            partner,
+            scored,
+            effects,
+            tried,
+            level,
+            lambda candidate: all(same_value(candidate.get(n), partner.params[n]) for n in numbers),
+        )
 
     def _repairs(
         self,
@@ -444,21 +446,34 @@ class LocalSearch:
             measured = past_throughput(self.space, t)
             if measured is None or measured < floor:
                 continue
-            for priority, rank, tie, candidate in self._from(
-                t, scored, effects, tried, extend=False
-            ):
-                moved = [k for k in candidate if repr(candidate[k]) != repr(t.params.get(k))]
-                if (
-                    set(candidate) == set(t.params)
-                    and len(moved) == 1
-                    and _more_slots(Move(moved[0], candidate[moved[0]], 0), t.params)
-                    and (
-                        not self.config.repair_ends
-                        or same_value(candidate[moved[0]], self.space.params[moved[0]].high)
-                    )
-                ):
-                    out.append((level + priority, rank, tie, candidate))
+            ends = self.config.repair_ends
+            out += self._kept_moves(
+                t,
+                scored,
+                effects,
+                tried,
+                level,
+                partial(_to_more_slots, self.space, t.params, ends),
+            )
         return out
+
+    def _kept_moves(
+        self,
+        base: FrozenTrial,
+        scored: list[tuple[FrozenTrial, Standing]],
+        effects: dict[Effect, float],
+        tried: set[tuple[Any, ...]],
+        level: float,
+        keep: Callable[[Params], bool],
+    ) -> list[tuple[float, float, float, Params]]:
+        """`base`'s untried moves (the extension aside) that `keep` accepts, `level` later."""
+        return [
+            (level + priority, rank, tie, candidate)
+            for priority, rank, tie, candidate in self._from(
+                base, scored, effects, tried, extend=False
+            )
+            if keep(candidate)
+        ]
 
     def _branches(
         self, best: FrozenTrial, scored: list[tuple[FrozenTrial, Standing]]
@@ -911,6 +926,20 @@ def _more_slots(move: Move, params: Mapping[str, Any]) -> bool:
         and isinstance(current, int | float)
         and isinstance(move.value, int | float)
         and move.value > current
+    )
+
+
+def _to_more_slots(
+    space: SearchSpace, params: Mapping[str, Any], ends: bool, candidate: Mapping[str, Any]
+) -> bool:
+    """Does `candidate` differ from `params` in one slot flag alone, raised (`_more_slots`; with
+    `ends`, to the top of its range)?"""
+    moved = [k for k in candidate if repr(candidate[k]) != repr(params.get(k))]
+    if set(candidate) != set(params) or len(moved) != 1:
+        return False
+    name, value = moved[0], candidate[moved[0]]
+    return _more_slots(Move(name, value, 0), params) and (
+        not ends or same_value(value, space.params[name].high)
     )
 
 
