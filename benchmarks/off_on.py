@@ -149,6 +149,9 @@ TOGGLE names the change (`TOGGLES`):
   slots and measured at least 85% of the best trial's throughput is moved to its most slots
   (tuner/study/local_search.py `repair_level`; off: none; with an estimate it is never made,
   so only model-free runs move).
+- `repair-ahead`: a slot repair whose trial measured more than the best trial within the SLOs
+  (by more than the noise) is made ahead of the extension, at level -12
+  (tuner/study/local_search.py `repair_ahead`; off: at the repairs' own level, 0).
 - `expected-cut`: a trial the SLO cut stopped stands, for the local search, by the violations
   its full run would likely have ended at: its stage's loads times the median factor by which
   the completed trials' full runs ended from that stage (tuner/trial/pruning.py `slo_cut`,
@@ -375,6 +378,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "edge-nearer": _local_search("edge_nearer", True, off=False),
     "deep-context": _local_search("deep_context", True, off=False),
     "slot-repairs": _local_search("repair_level", 0.0, off=None),
+    "repair-ahead": _local_search("repair_ahead", -12.0, off=None),
     "partner-late": _local_search("partner_level", -5.0, off=-15.0),
     "expected-cut": _expected_cut,
     "wide-expected": _expected_with(False, True),

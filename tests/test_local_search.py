@@ -1264,6 +1264,30 @@ def test_a_trial_that_queued_past_the_ttft_limit_is_given_more_slots():
         assert not search._repairs(by_standing(trials), {}, tried, 0.0)
 
 
+def test_a_slot_repair_of_a_trial_that_measured_more_than_the_best_comes_first():
+    """Model-free search, seed space at 3 s (shipped, seed 9): NEXTN at 1 step and memory 0.90
+    queued past the TTFT limit and measured more than the best trial (no draft), but its
+    repair waited at level 0 behind moves of the plateau's memory and HiCache ratio that all
+    measured alike, until the best rose above it and the repair was gone. A repair whose
+    trial measured more than the best by more than the noise comes before the extension
+    (`repair_ahead`); one that measured less waits at the repairs' level."""
+    space, trials, draft = _queued_nextn(1.2, 15)
+    tried = {key(t.params) for t in trials}
+    search = LocalSearch(space, seed=0)
+    assert search.propose(trials, tried) == {**draft, "mem_fraction_static": 0.95}
+    ahead = LocalSearchConfig().repair_ahead
+    assert ahead is not None and ahead < -10  # before the extension (-10)
+    [(priority, *_rest)] = search._repairs(by_standing(trials), {}, tried, 0.0)
+    assert priority <= ahead + 1
+    space, trials, draft = _queued_nextn(0.9, 15)
+    [(priority, *_rest)] = search._repairs(by_standing(trials), {}, tried, 0.0)
+    assert priority > ahead + 5
+    level = LocalSearch(space, LocalSearchConfig(repair_ahead=None), seed=0)
+    space, trials, draft = _queued_nextn(1.2, 15)
+    [(priority, *_rest)] = level._repairs(by_standing(trials), {}, tried, 0.0)
+    assert priority > ahead + 5
+
+
 def test_slot_repairs_are_made_only_without_an_estimate(monkeypatch):
     """With an estimate to rank the moves (the default), the repairs are not made: there the
     full studies ran the same and the stopped ones spent more (docs/quality.md)."""
