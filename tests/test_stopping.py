@@ -284,9 +284,10 @@ class _Forecaster:
     """An estimate that expects `gain` from every untried configuration, after `blind` moves
     it cannot rank (each measured first, as the guide's are)."""
 
-    def __init__(self, gain: float, blind: int = 0) -> None:
+    def __init__(self, gain: float, blind: int = 0, estimates: bool = True) -> None:
         self.gain = gain
         self.blind = blind
+        self.estimates = estimates
         self.queued: list[Outlook] = []
 
     def outlook(self, study: optuna.Study, min_gain: float = 0.0) -> Outlook:
@@ -320,6 +321,21 @@ def test_the_loop_stops_by_the_rule_says_so_and_records_it():
     assert events[-1][0] == "stopped"
     assert events[-1][1]["message"].startswith("stopped after 6 of 40 trials: the last 4")
     assert study.user_attrs[record.STUDY_STOPPED]["launched"] == 6
+
+
+def test_a_guide_without_an_estimate_is_asked_nothing_and_the_reason_names_none():
+    """A study on a CPU host or without the model's config.json runs the local search with no
+    estimate: the stop rule asks that guide for no outlook, and its reason does not say that an
+    estimate expects no more."""
+    study = _study([])
+    forecaster = _Forecaster(gain=0.3, estimates=False)
+    run_trials(study, _flat_objective, 40, stopping=Stopping(RULE, forecaster))
+    assert len(study.trials) == 6 and not forecaster.queued
+    reason = study.user_attrs[record.STUDY_STOPPED]["reason"]
+    assert "estimate" not in reason
+    with_one = _study([])
+    run_trials(with_one, _flat_objective, 40, stopping=Stopping(RULE, _Forecaster(gain=0.0)))
+    assert "the estimate expects no more" in with_one.user_attrs[record.STUDY_STOPPED]["reason"]
 
 
 def test_the_loop_measures_what_the_estimate_expects_a_gain_from_before_stopping():

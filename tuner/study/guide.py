@@ -358,6 +358,11 @@ class Guide:
             tried.add(_key(params))
         return picks
 
+    @property
+    def estimates(self) -> bool:
+        """Whether the stop rule may ask it for an outlook: it has an estimate."""
+        return self.estimator is not None
+
     def outlook(self, study: optuna.Study, min_gain: float = 0.0) -> Outlook | None:
         """What the refitted estimate expects from the rest of the study: its best untried
         configuration and the throughput gain it predicts over the best SLO-feasible trial,
