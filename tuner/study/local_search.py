@@ -449,7 +449,9 @@ class LocalSearch:
         best, mine = scored[0]
         if mine[0] != 1 or not best.values:
             return []
-        floor = float(best.values[0]) * (1 - self.config.repair_share)
+        top = float(best.values[0])
+        floor = top * (1 - self.config.repair_share)
+        ahead = self.config.repair_ahead
         out = []
         for t, s in scored:
             if s[0] != 0 or not _queued(self.space, t):
@@ -457,16 +459,15 @@ class LocalSearch:
             measured = past_throughput(self.space, t)
             if measured is None or measured < floor:
                 continue
-            ends = self.config.repair_ends
-            ahead = self.config.repair_ahead
-            gain = measured > float(best.values[0]) * (1 + SLO_NOISE)
+            # ahead of the extension when it measured more than the best (`repair_ahead`)
+            at = level if ahead is None or measured <= top * (1 + SLO_NOISE) else ahead
             out += self._kept_moves(
                 t,
                 scored,
                 effects,
                 tried,
-                ahead if ahead is not None and gain else level,
-                partial(_to_more_slots, self.space, t.params, ends),
+                at,
+                partial(_to_more_slots, self.space, t.params, self.config.repair_ends),
             )
         return out
 
