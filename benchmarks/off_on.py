@@ -16,7 +16,10 @@ TOGGLE names the change (`TOGGLES`):
 - `doomed`: the local search's wait for moves the estimate scores far below the trial they
   move from (tuner/study/local_search.py `doomed_penalty`; on: 3 levels, off: 0).
 - `extend`: the local search extends the move that reached the best trial only when the best
-  beat the trial it moved from by more than 3% (`extend_min_gain`; off: any gain).
+  beat the trial it moved from by more than 3% (`extend_min_gain`, with an estimate to rank
+  the moves; off: any gain).
+- `extend-unranked`: the same 3% without an estimate to rank the moves, model-free search
+  (`unranked_extend_min_gain`, on by default since 2026-12-07; off: any gain).
 - `flat`: moves of a number to values between two that measured within 3% of each other wait
   3 levels (`flat_penalty`; off: 0).
 - `ordered`: an int param with at most 6 values (draft steps 1-5) moves to its adjacent values
@@ -333,6 +336,7 @@ TOGGLES: dict[str, Callable[[Any, bool], tuple[Any, AbstractContextManager[Any]]
     "front-alike": _pruner("front_alike"),
     "doomed": _local_search("doomed_penalty", 3.0),
     "extend": _local_search("extend_min_gain", 0.03),
+    "extend-unranked": _local_search("unranked_extend_min_gain", 0.03),
     "flat": _local_search("flat_penalty", 3.0),
     "ordered": _local_search("ordered_upto", 6),
     "bounds": _guide("cut_bounds"),

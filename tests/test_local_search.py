@@ -816,6 +816,27 @@ def test_a_gain_within_the_noise_sets_no_direction(space):
     assert extension(0.06, 0.03) == ("mem_fraction_static", 0.87)
 
 
+def test_without_an_estimate_a_gain_within_the_noise_is_not_extended_first(space):
+    """Model-free search (no estimate ranks the moves) extends the move that reached the best
+    trial first only when it gained more than `unranked_extend_min_gain` (3%): copies of a
+    plateau that measure alike would otherwise lead it from one to the next. With an estimate
+    any gain is extended, as before."""
+    feasible = {"p99_ttft_ms": -0.5}
+    further = {**START, "mem_fraction_static": 0.95}  # the move 0.87 -> 0.91, extended
+
+    def first(gain: float, rank: Any) -> dict | None:
+        study = optuna.create_study(directions=["maximize", "minimize"])
+        _measured(study, START, 400.0, feasible)
+        _measured(study, {**START, "mem_fraction_static": 0.91}, 400.0 * (1 + gain), feasible)
+        trials = study.get_trials(deepcopy=False)
+        search = LocalSearch(space, LocalSearchConfig(), seed=0, rank=rank)
+        return search.propose(trials, {key(t.params) for t in trials})
+
+    assert first(0.01, None) != further
+    assert first(0.06, None) == further
+    assert first(0.01, lambda params: 1.0) == further
+
+
 def test_values_between_two_that_measured_alike_wait(space):
     """With `flat_penalty`, a number measured within 3% at two values (the rest the same)
     moves to the values between them only after the other moves of its level and the next;

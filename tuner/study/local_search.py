@@ -176,6 +176,20 @@ class LocalSearchConfig:
     # it moved from by more than this share of throughput (both within the SLOs): a gain within
     # the measurement noise is no direction. 0: any gain.
     extend_min_gain: float = 0.0
+    # The same share without an estimate to rank the moves (model-free search). There a
+    # plateau's copies (HiCache ratios, memory fractions that change nothing) measure alike,
+    # noise hands the best trial from one to the next, and each new best extended the move
+    # that reached it: 15 of 40 launches of a traced 3 s study (shipped, seed 5) measured the
+    # no-draft plateau, and NEXTN at the optimum's chunk size was never launched. Model-free,
+    # seeds 0-9 of the six 3 s cells and 0-4 of the 10 s, open-loop and tpot-8b ones: 8 full
+    # studies rise (three of them from sglang's defaults or near: 0.764, 0.722 and 0.705 ->
+    # 1.000, 1.000, 0.968) and 2 fall (1.000 -> 0.726 at 3 s, 1.000 -> 0.933 at 10 s); of
+    # the stopped studies two rise from the defaults to the optimum at 3 s and none falls by
+    # more than 0.001 (benchmarks/results/extend_model_free.md). With an estimate it was
+    # measured twice and left at 0: at 10 s no median or worst seed moved (docs/design.md),
+    # and at 3 s one slow constants seed traded a full study that found nothing within the
+    # limit for a stopped one that found nothing. 0: any gain.
+    unranked_extend_min_gain: float = 0.03
     # Levels a move of a number waits when every complete trial that ran the value it moves to
     # (whatever its other params) measured less than `known_low_share` of the base's
     # throughput: a running cap of 1 serves a seventh of a plateau's, and moved to from each
@@ -525,9 +539,12 @@ class LocalSearch:
         """Untried moves from `base`, ranked (priority, estimate, tie-break); with `keep`, the
         branch's param stays, its own params first."""
         params = dict(base.params)
-        extension = (
-            _extension(self.space, base, scored, self.config.extend_min_gain) if extend else None
+        min_gain = (
+            self.config.extend_min_gain
+            if self.rank is not None
+            else self.config.unranked_extend_min_gain
         )
+        extension = _extension(self.space, base, scored, min_gain) if extend else None
         flat = self._flat
         here = self._trend.predict(params) if self._trend is not None else 0.0
         queued = self.config.slots_bonus > 0 and _queued(self.space, base)
