@@ -29,13 +29,34 @@ if __name__ == "__main__":  # run as a file: the benchmarks package lives one fo
 from benchmarks.oracle_measurer import OracleCache, default_store
 from benchmarks.quality.truth import Oracle
 from benchmarks.quality.worlds import world_space
+from tuner.space.model import SearchSpace
 
 CAPS = range(36, 47)
 
 
-def odds(world: str, share: float = 0.95, draws: int = 40) -> None:
-    space = world_space("tpot-8b", world)
-    oracle = Oracle(space, OracleCache(space, default_store()))
+def _config(
+    policy: str,
+    chunk: int,
+    cap: int,
+    mem: float = 0.7,
+    graphs: int | None = None,
+    hicache: bool = False,
+) -> dict[str, object]:
+    """One configuration of the space (HiCache at a ratio of 2 when on)."""
+    params: dict[str, object] = {
+        "mem_fraction_static": mem,
+        "max_running_requests": cap,
+        "chunked_prefill_size": chunk,
+        "schedule_policy": policy,
+        "cuda_graph_max_bs_decode": graphs,
+        "enable_hierarchical_cache": hicache,
+    }
+    if hicache:
+        params["hicache_ratio"] = 2.0
+    return params
+
+
+def odds(space: SearchSpace, oracle: Oracle, share: float = 0.95, draws: int = 40) -> None:
     cap_spec = space.params["max_running_requests"]
     low, high = int(cap_spec.low), int(cap_spec.high)
     span = math.log(high + 0.5) - math.log(low - 0.5)
@@ -46,23 +67,13 @@ def odds(world: str, share: float = 0.95, draws: int = 40) -> None:
         for chunk in chunks:
             for cap in range(low, high + 1):
                 for hicache in (False, True):
-                    params: dict[str, object] = {
-                        "mem_fraction_static": 0.7,
-                        "max_running_requests": cap,
-                        "chunked_prefill_size": chunk,
-                        "schedule_policy": policy,
-                        "cuda_graph_max_bs_decode": None,
-                        "enable_hierarchical_cache": hicache,
-                    }
-                    if hicache:
-                        params["hicache_ratio"] = 2.0
+                    params = _config(policy, chunk, cap, hicache=hicache)
                     _args, truth = oracle.of_params(params)
                     # A draw's chance of this configuration, the params that change nothing here
                     # (memory fraction, graph size, HiCache ratio) set aside.
                     mass = (math.log(cap + 0.5) - math.log(cap - 0.5)) / span
                     mass /= len(chunks) * len(policies) * 2
                     judged.append((truth.throughput, truth.feasible, mass, params))
-    oracle.save()
     best = max(t for t, ok, _m, _p in judged if ok)
     hits = [(t, m, p) for t, ok, m, p in judged if ok and t >= share * best]
     chance = sum(m for _t, m, _p in hits)
@@ -73,9 +84,7 @@ def odds(world: str, share: float = 0.95, draws: int = 40) -> None:
     print(f"one draw: {chance:.4%}; at least one in {draws} draws: {1 - (1 - chance) ** draws:.1%}")
 
 
-def main(world: str) -> None:
-    space = world_space("tpot-8b", world)
-    oracle = Oracle(space, OracleCache(space, default_store()))
+def landscape(oracle: Oracle) -> None:
     best: tuple[float, dict[str, object]] = (0.0, {})
     for policy in ("fcfs", "lpm"):
         for chunk in (8192, 16384):
@@ -84,14 +93,7 @@ def main(world: str) -> None:
                 seen = set()
                 for mem in (0.7, 0.95):
                     for graphs in (None, 512):
-                        params = {
-                            "mem_fraction_static": mem,
-                            "max_running_requests": cap,
-                            "chunked_prefill_size": chunk,
-                            "schedule_policy": policy,
-                            "cuda_graph_max_bs_decode": graphs,
-                            "enable_hierarchical_cache": False,
-                        }
+                        params = _config(policy, chunk, cap, mem, graphs)
                         _args, truth = oracle.of_params(params)
                         seen.add((round(truth.throughput, 1), truth.feasible))
                         if truth.feasible and truth.throughput > best[0]:
@@ -104,12 +106,18 @@ def main(world: str) -> None:
             print(f"{policy} chunks {chunk}:")
             for cell in cells:
                 print(f"  {cell}")
-    oracle.save()
     print(f"best within the SLOs: {best[0]:.1f} tok/s at {best[1]}")
+
+
+def main(world: str, with_odds: bool) -> None:
+    space = world_space("tpot-8b", world)
+    oracle = Oracle(space, OracleCache(space, default_store()))
+    landscape(oracle)
+    if with_odds:
+        odds(space, oracle)
+    oracle.save()
 
 
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a != "--odds"]
-    main(args[0] if args else "shipped")
-    if "--odds" in sys.argv[1:]:
-        odds(args[0] if args else "shipped")
+    main(args[0] if args else "shipped", "--odds" in sys.argv[1:])
