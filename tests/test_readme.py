@@ -105,14 +105,36 @@ def _documents() -> list[Path]:
     return [README, ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
+def _prose(text: str) -> str:
+    """The text outside fenced code blocks, where `#` starts a comment, not a heading."""
+    return "".join(re.split(r"^```.*?^```", text, flags=re.MULTILINE | re.DOTALL)[::2])
+
+
+def _anchors(document: Path) -> set[str]:
+    """The anchors GitHub gives the page's headings: lower case, punctuation dropped, spaces
+    as hyphens, a repeated one numbered."""
+    seen: dict[str, int] = {}
+    anchors = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", _prose(document.read_text()), re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        anchors.add(f"{slug}-{count}" if count else slug)
+    return anchors
+
+
 def _broken_links(documents: list[Path]) -> list[str]:
-    """`document: target` for each relative link whose file does not exist."""
+    """`document: target` for each relative link to a missing file or heading."""
     broken = []
     for document in documents:
-        for target in LINK.findall(document.read_text()):
-            if re.match(r"[a-z]+:", target) or target.startswith("#"):
-                continue  # a web address, or a heading of the same page
-            if not (document.parent / target.split("#")[0]).exists():
+        for target in LINK.findall(_prose(document.read_text())):
+            if re.match(r"[a-z]+:", target):
+                continue  # a web address
+            file, _, anchor = target.partition("#")
+            path = document.parent / file if file else document
+            if not path.exists() or (
+                anchor and path.suffix == ".md" and anchor not in _anchors(path)
+            ):
                 broken.append(f"{document.name}: {target}")
     return broken
 
@@ -122,10 +144,15 @@ def test_every_relative_link_of_the_docs_leads_to_a_file() -> None:
     assert not broken, "links to missing files:\n" + "\n".join(broken)
 
 
-def test_the_link_check_finds_a_link_to_a_missing_file(tmp_path: Path) -> None:
+def test_the_link_check_finds_links_to_a_missing_file_or_heading(tmp_path: Path) -> None:
     (tmp_path / "there.md").write_text("# There\n")
     page = tmp_path / "page.md"
     page.write_text(
-        "[gone](missing.md) [ok](there.md#there) [web](https://example.org) [same](#top)\n"
+        "# Top\n[gone](missing.md) [ok](there.md#there) [web](https://example.org) [same](#top)\n"
+        "[no heading](there.md#elsewhere) [not here](#bottom)\n```\n# a comment\n```\n"
     )
-    assert _broken_links([page]) == ["page.md: missing.md"]
+    assert _broken_links([page]) == [
+        "page.md: missing.md",
+        "page.md: there.md#elsewhere",
+        "page.md: #bottom",
+    ]
