@@ -107,7 +107,7 @@ def _documents() -> list[Path]:
 
 def _prose(text: str) -> str:
     """The text outside fenced code blocks, where `#` starts a comment, not a heading."""
-    return "".join(re.split(r"^```.*?^```", text, flags=re.MULTILINE | re.DOTALL)[::2])
+    return "".join(re.split(r"^```.*?^```", text, flags=re.MULTILINE | re.DOTALL))
 
 
 def _anchors(document: Path) -> set[str]:
@@ -149,10 +149,12 @@ def test_the_link_check_finds_links_to_a_missing_file_or_heading(tmp_path: Path)
     page = tmp_path / "page.md"
     page.write_text(
         "# Top\n[gone](missing.md) [ok](there.md#there) [web](https://example.org) [same](#top)\n"
-        "[no heading](there.md#elsewhere) [not here](#bottom)\n```\n# a comment\n```\n"
+        "[no heading](there.md#elsewhere) [not here](#a-comment)\n```\n# a comment\n```\n"
+        "[after the code](gone.md) [a heading after it](#end)\n# End\n"
     )
     assert _broken_links([page]) == [
         "page.md: missing.md",
         "page.md: there.md#elsewhere",
-        "page.md: #bottom",
+        "page.md: #a-comment",
+        "page.md: gone.md",
     ]
