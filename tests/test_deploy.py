@@ -120,6 +120,7 @@ def test_the_deployment_serves_the_tuned_flags_on_a_gpu(knee):
     assert cache["persistentVolumeClaim"]["claimName"] == "sglang-model-cache"
     text = knee.kubernetes.read_text()
     assert "sglang-model-cache is a placeholder" in text
+    assert "HiCache keeps a host-memory pool" in text  # trial 12 runs HiCache
     # HF_TOKEN comes from a Secret, never as a value.
     (token,) = server["env"]
     assert token["name"] == "HF_TOKEN" and "value" not in token
@@ -132,6 +133,7 @@ def test_gpu_limit_follows_the_parallel_sizes_and_cpu_runs_ask_for_none(tmp_path
     deployment, _ = manifest(tp4)
     validate(deployment)
     assert container(deployment)["resources"]["limits"] == {"nvidia.com/gpu": 4}
+    assert "HiCache" not in tp4.kubernetes.read_text()
     assert "--gpus" in run_docker_script(tp4, tmp_path)
 
     cpu = one_trial(tmp_path, "cpu", ["--model-path", "m", "--device", "cpu"])

@@ -184,8 +184,10 @@ class DeploySpec:
         return found
 
     def image_lines(self) -> list[str]:
+        # The release comes from the storage: keep it on its comment line.
+        release = re.sub(r"[\x00-\x1f]+", " ", self.release or "unknown")
         return [
-            f"image {self.image} (sglang's image for release {self.release or 'unknown'})",
+            f"image {self.image} (sglang's image for release {release})",
             f"sglang's images ship CUDA 13; the last CUDA 12 image is {LAST_CUDA12_IMAGE}",
         ]
 
@@ -351,6 +353,12 @@ def render_kubernetes(spec: DeploySpec) -> str:
             "for a PersistentVolumeClaim you create (room for the weights), or replace it with "
             "hostPath: {path: <a folder on the node>}"
         ),
+        "resources:": (
+            "HiCache keeps a host-memory pool (--hicache-ratio x the GPU KV pool, or "
+            "--hicache-size GB): request that memory for the pod too"
+            if _uses_hicache(spec.argv)
+            else ""
+        ),
         "- name: local-path-0": (
             "a local path the study's flags name: the node must hold it at the same path "
             "(or mount a volume there)"
@@ -371,10 +379,16 @@ def render_kubernetes(spec: DeploySpec) -> str:
     )
 
 
+def _uses_hicache(argv: Sequence[str]) -> bool:
+    switches = ("--enable-hierarchical-cache", "--enable-hicache")
+    return any(flag in switches for flag, _ in _flag_pairs(argv))
+
+
 def _with_notes(text: str, notes: dict[str, str]) -> str:
-    """`text` with each note as a comment above the first line that reads as its key."""
+    """`text` with each (non-empty) note as a comment above the first line that reads as its
+    key."""
     lines: list[str] = []
-    pending = dict(notes)
+    pending = {key: note for key, note in notes.items() if note}
     for line in text.splitlines():
         key = line.strip()
         if key in pending:
