@@ -1,6 +1,6 @@
-"""Deploy files for an exported trial: a `docker run` script with sglang's image for the study's
-release, and a Kubernetes Deployment + Service.
+"""Deploy files for an exported trial: a `docker run` script and a Kubernetes manifest.
 
+The script runs sglang's image for the study's release; the manifest is a Deployment + Service.
 Both start `python3 -m sglang.launch_server` with the launch script's tuned flags, listening on
 0.0.0.0:30000 inside the container. No secret is written: HF_TOKEN, the API key and any
 secret-looking variable of the study's `--engine-env` come from the environment (docker) or a

@@ -1,9 +1,12 @@
-"""Write a chosen trial out as a launch script, an sglang `--config` YAML file, a `docker run`
-script and a Kubernetes manifest (the last two: tuner/results/deploy.py).
+"""Write a chosen trial out as a launch script, a `--config` YAML file and deploy files.
+
+The deploy files, a `docker run` script and a Kubernetes manifest, come from
+tuner/results/deploy.py.
 
 The script runs `python3 -m sglang.launch_server` with exactly the trial's recorded flags for the
 study's sglang version. Host, port and API key come from the environment when the script runs,
-so the file holds no secret and can be copied to the GPU box as is. Simulator options
+so the file holds no secret and can be copied to the GPU box as is; it stops, in one line, when
+the port is taken. Simulator options
 (`--sim-*`) never reach it: a study measured on the simulator exports a script for real sglang.
 
 Example:
