@@ -6,8 +6,8 @@ tuner/results/deploy.py.
 The script runs `python3 -m sglang.launch_server` with exactly the trial's recorded flags for the
 study's sglang version. Host, port and API key come from the environment when the script runs,
 so the file holds no secret and can be copied to the GPU box as is; it stops, in one line, when
-the port is taken. Simulator options
-(`--sim-*`) never reach it: a study measured on the simulator exports a script for real sglang.
+the port is taken. Simulator options (`--sim-*`) never reach it: a study measured on the
+simulator exports a script for real sglang.
 
 Example:
     >>> result = export_trial(storage, "qwen-mtp", pick=Pick.KNEE)  # doctest: +SKIP
