@@ -289,6 +289,9 @@ def test_a_release_without_an_image_is_a_warning(tmp_path):
         tmp_path, "nover", ["--model-path", "./models/m"], **{record.STUDY_SGLANG_VERSION: None}
     )
     assert any("lmsysorg/sglang:latest" in w for w in result.warnings)
+    assert "image lmsysorg/sglang:latest (no image is published for release (not recorded)" in (
+        result.kubernetes.read_text()
+    )
     assert any("./models/m" in w and "absolute paths" in w for w in result.warnings)
 
 

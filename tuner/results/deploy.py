@@ -185,9 +185,14 @@ class DeploySpec:
 
     def image_lines(self) -> list[str]:
         # The release comes from the storage: keep it on its comment line.
-        release = re.sub(r"[\x00-\x1f]+", " ", self.release or "unknown")
+        release = re.sub(r"[\x00-\x1f]+", " ", self.release or "(not recorded)")
+        whose = (
+            f"no image is published for release {release}: set the one you tuned"
+            if self.image.endswith(":latest")
+            else f"sglang's image for release {release}"
+        )
         return [
-            f"image {self.image} (sglang's image for release {release})",
+            f"image {self.image} ({whose})",
             f"sglang's images ship CUDA 13; the last CUDA 12 image is {LAST_CUDA12_IMAGE}",
         ]
 
