@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import yaml
 from support.fixture_studies import SPECS, build_study, server_args, sqlite_study
 
 from tuner.errors import UserError
+from tuner.results import record
 from tuner.results.export import export_trial
 from tuner.results.pick import Pick
 from tuner.results.server_config import (
@@ -324,3 +326,119 @@ def test_a_close_call_names_the_trial_that_meets_every_slo_by_more(storage, tmp_
         storage, "qwen-mtp", pick="max-throughput", slos=["p99_ttft_ms<=1210"], out_dir=tmp_path
     )
     assert result.warnings[-1] == "no trial meets every SLO by 2% or more of its limit"
+
+
+def _one_trial_study(tmp_path, name, args, *, engine_python=None, engine_env=None):
+    """A study whose trial 1 ran `args`, recorded as `tuner optimize --engine sglang` does."""
+    url = f"sqlite:///{tmp_path / f'{name}.db'}"
+    study = build_study(url, name, only=[0], engine="sglang")
+    if engine_python:
+        study.set_user_attr(record.STUDY_ENGINE_PYTHON, engine_python)
+    if engine_env:
+        study.set_user_attr(record.STUDY_ENGINE_ENV, engine_env)
+    study.add_trial(
+        optuna.trial.create_trial(
+            values=[1.0, 1.0],
+            params={},
+            distributions={},
+            user_attrs={**study.trials[0].user_attrs, "server_args": args},
+            constraints={"launch": 0.0},
+        )
+    )
+    return open_storage(url, name, tmp_path)
+
+
+def test_the_script_refuses_a_port_that_is_taken(storage, tmp_path):
+    """With the port held, sglang logged "address already in use" and then warmed up against
+    the other server for minutes: the script stops first, in one line, and launches nothing."""
+    result = export_trial(storage, "qwen-mtp", pick="knee", out_dir=tmp_path / "out")
+    env = _fake_server(tmp_path)  # the stand-in server prints its argv when launched
+    env.pop("SGLANG_HOST", None)
+    with socket.socket() as other_server:
+        other_server.bind(("127.0.0.1", 0))
+        other_server.listen()
+        port = other_server.getsockname()[1]
+        env["SGLANG_PORT"] = str(port)
+        taken = subprocess.run(
+            [str(result.script)], env=env, capture_output=True, text=True, timeout=60
+        )
+    assert taken.returncode == 2
+    assert taken.stdout == ""  # no launch
+    assert taken.stderr.strip().splitlines() == [
+        f"port {port} on 127.0.0.1 is not free (Address already in use): stop the server "
+        "holding it or set SGLANG_PORT to a free port"
+    ]
+    # Freed, the same port launches the server.
+    free = subprocess.run([str(result.script)], env=env, capture_output=True, text=True, timeout=60)
+    assert free.returncode == 0, free.stderr
+    assert json.loads(free.stdout)[-2:] == ["--port", str(port)]
+
+
+def test_the_config_files_usage_line_runs_as_written(tmp_path):
+    """The .yaml's usage line names the study's interpreter and variables, as the .sh does:
+    `python3 -m sglang.launch_server --config ...` failed as written on the CPU tier."""
+    stand_in = tmp_path / "tier python"
+    # Stands in for the tier's interpreter: prints what it was run with and one variable.
+    stand_in.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        "print(json.dumps([sys.argv[1:], os.environ.get('SGLANG_USE_CPU_ENGINE')]))\n"
+    )
+    stand_in.chmod(0o755)
+    storage = _one_trial_study(
+        tmp_path,
+        "cpu",
+        ["--model-path", "m", "--device", "cpu"],
+        engine_python=str(stand_in),
+        engine_env={"SGLANG_USE_CPU_ENGINE": "1", "HF_TOKEN": "hf_not_in_files"},
+    )
+    result = export_trial(storage, "cpu", trial=1, out_dir=tmp_path / "out")
+    text = result.config.read_text()
+    assert "hf_not_in_files" not in text
+    usage = next(line for line in text.splitlines() if "-m sglang.launch_server --config" in line)
+    usage = usage.removeprefix("#").removeprefix(" Use:").strip()
+    env = {k: v for k, v in os.environ.items() if k != "SGLANG_USE_CPU_ENGINE"}
+    out = subprocess.run(
+        ["bash", "-c", usage],
+        cwd=result.config.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    argv, cpu_engine = json.loads(out.stdout)
+    assert argv == [
+        "-m",
+        "sglang.launch_server",
+        "--config",
+        result.config.name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "30000",
+    ]
+    assert cpu_engine == "1"
+    assert (result.config.parent / argv[3]).is_file()
+
+
+def test_secret_engine_variables_are_not_written_into_the_script(tmp_path):
+    storage = _one_trial_study(
+        tmp_path,
+        "tok",
+        ["--model-path", "m"],
+        engine_env={"MY_API_KEY": "sk-never-on-disk", "SGLANG_X": "1"},
+    )
+    result = export_trial(storage, "tok", trial=1, out_dir=tmp_path / "out")
+    for path in (result.script, result.config, result.docker, result.kubernetes):
+        assert "sk-never-on-disk" not in path.read_text(), path.name
+    env = {**_fake_server(tmp_path), "SGLANG_PORT": str(_free_port())}
+    env.pop("MY_API_KEY", None)
+    out = subprocess.run([str(result.script)], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "warning: MY_API_KEY is not set" in out.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

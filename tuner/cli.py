@@ -346,7 +346,7 @@ def export_command(
     out_dir: Path = typer.Option(Path("."), "--out-dir", help="Where to write the files."),
     studies_dir: Path = typer.Option(Path("studies"), "--studies-dir", help=_STUDIES_DIR_HELP),
 ) -> None:
-    """Write launch_<study>_trial<N>.sh and .yaml (sglang --config) for one trial."""
+    """Write launch_<study>_trial<N>.sh, .yaml (sglang --config), .docker.sh and .k8s.yaml."""
 
     from tuner.results.export import export_trial
     from tuner.results.pick import NoCandidate, Pick, export_prefix
@@ -374,6 +374,8 @@ def export_command(
     typer.echo(f"trial {result.trial_number} of {result.study_name} ({how})")
     typer.echo(f"script: {result.script}")
     typer.echo(f"config: {result.config}")
+    typer.echo(f"docker: {result.docker}")
+    typer.echo(f"kubernetes: {result.kubernetes}")
     runnable = result.script if result.script.parent != Path() else f"./{result.script}"
     typer.echo(f"run it: SGLANG_PORT=30000 {runnable}  (also SGLANG_HOST, SGLANG_API_KEY)")
 

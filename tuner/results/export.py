@@ -1,9 +1,13 @@
-"""Write a chosen trial out as a launch script and an sglang `--config` YAML file.
+"""Write a chosen trial out as a launch script, a `--config` YAML file and deploy files.
+
+The deploy files, a `docker run` script and a Kubernetes manifest, come from
+tuner/results/deploy.py.
 
 The script runs `python3 -m sglang.launch_server` with exactly the trial's recorded flags for the
 study's sglang version. Host, port and API key come from the environment when the script runs,
-so the file holds no secret and can be copied to the GPU box as is. Simulator options
-(`--sim-*`) never reach it: a study measured on the simulator exports a script for real sglang.
+so the file holds no secret and can be copied to the GPU box as is; it stops, in one line, when
+the port is taken. Simulator options (`--sim-*`) never reach it: a study measured on the
+simulator exports a script for real sglang.
 
 Example:
     >>> result = export_trial(storage, "qwen-mtp", pick=Pick.KNEE)  # doctest: +SKIP
@@ -19,12 +23,12 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import yaml
 from optuna.storages import BaseStorage
 
 from tuner.engines.sglang import LAUNCH_MODULE
+from tuner.results.deploy import DeploySpec, is_secret, render_docker_run, render_kubernetes
 from tuner.results.goals import MAXIMIZE, SLO_NOISE, Slo, close_call, slo_margins, steadiest
 from tuner.results.pick import Pick, candidates, choose_trial, default_pick
 from tuner.results.server_config import (
@@ -43,9 +47,6 @@ from tuner.results.study_records import (
     with_slos,
 )
 
-if TYPE_CHECKING:
-    pass
-
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 30000
 
@@ -57,6 +58,8 @@ class ExportResult:
     picked_by: str  # "trial" or a Pick value
     script: Path
     config: Path
+    docker: Path  # `docker run` with sglang's image for the study's release
+    kubernetes: Path  # Deployment + Service
     argv: tuple[str, ...]  # the flags after `-m sglang.launch_server`, without host/port/key
     validated_for: str | None  # the sglang version the argv was checked against, or None
     warnings: tuple[str, ...]
@@ -111,7 +114,7 @@ def _steadier(
 
 
 def _summary_lines(trial: TrialRecord, meta: StudyMeta, how: str) -> list[str]:
-    lines = [f"study {meta.name}, trial {trial.number} ({how})"]
+    lines = [f"study {meta.name}, trial {trial.number} ({how})", engine_line(meta)]
     shown = [
         ("output_throughput", "output tok/s", "{:.1f}"),
         ("total_throughput", "total tok/s", "{:.1f}"),
@@ -139,6 +142,16 @@ def _summary_lines(trial: TrialRecord, meta: StudyMeta, how: str) -> list[str]:
     version = meta.sglang_version or "unknown"
     lines.append(f"flags for sglang {version} (flag names differ between sglang versions)")
     return [_comment(line) for line in lines]
+
+
+def engine_line(meta: StudyMeta) -> str:
+    """Which server the study measured, for every exported file's header."""
+    release = f"sglang {meta.sglang_version}" if meta.sglang_version else "sglang (release unknown)"
+    if meta.engine == "sim":
+        return f"engine: the simulator, speaking {release}'s flags; these files run real sglang"
+    if meta.engine is None:
+        return f"engine: not recorded; flags for {release}"
+    return f"engine: {release} (real server)"
 
 
 _CAPACITY_KEYS = ("max_running_requests", "max_total_num_tokens")
@@ -173,7 +186,9 @@ def _capacity_item(trial: TrialRecord, key: str, value: object) -> str:
 
 
 def render_launch_script(argv: Sequence[str], trial: TrialRecord, meta: StudyMeta, how: str) -> str:
-    """A bash script that execs the server with `argv`; host, port and key from the environment."""
+    """A bash script that execs the server with `argv`; host, port and key from the environment.
+    It refuses to start when the port is taken: sglang would log "address already in use" and
+    then warm up against whatever server holds the port, for minutes, before failing."""
     header = "\n".join(f"#   {line}" for line in _summary_lines(trial, meta, how))
     flags = "\n".join(f"    {_shell_args(group)}" for group in _flag_groups(argv))
     # The study's server ran with this interpreter and these variables (a CPU install, say).
@@ -181,7 +196,11 @@ def render_launch_script(argv: Sequence[str], trial: TrialRecord, meta: StudyMet
     engine_env = ""
     if meta.engine_env:
         lines = [
-            f'export {key}="${{{key}:-{_double_quoted(value)}}}"' for key, value in meta.engine_env
+            f'export {key}="${{{key}:-{_double_quoted(value)}}}"'
+            if not is_secret(key)
+            else f'[[ -n "${{{key}:-}}" ]] || echo "warning: {key} is not set (the study\'s '
+            'server had it; secrets are not written into this file)" >&2'
+            for key, value in meta.engine_env
         ]
         engine_env = (
             "\n# The environment the study's server had (a value already set here wins).\n"
@@ -207,7 +226,7 @@ fi
 #
 # Settings from the environment (no secret is written into this file):
 #   SGLANG_HOST           address to bind (default {DEFAULT_HOST})
-#   SGLANG_PORT           port (default {DEFAULT_PORT})
+#   SGLANG_PORT           port (default {DEFAULT_PORT}; the script stops if it is taken)
 #   SGLANG_API_KEY        API key clients must send (default: none)
 #   SGLANG_PYTHON         Python interpreter (default {default_python})
 #   SGLANG_LAUNCH_MODULE  module to run (default {LAUNCH_MODULE}; tuner.sim runs the simulator)
@@ -216,16 +235,40 @@ set -euo pipefail
 
 python="${{SGLANG_PYTHON:-{shlex.quote(default_python)}}}"
 module="${{SGLANG_LAUNCH_MODULE:-{LAUNCH_MODULE}}}"
+host="${{SGLANG_HOST:-{DEFAULT_HOST}}}"
+port="${{SGLANG_PORT:-{DEFAULT_PORT}}}"
 {engine_env}{version_check}
+# A taken port is refused here: the server would start, fail to bind, and meanwhile warm up
+# against the other server.
+if ! "$python" -c {shlex.quote(_PORT_CHECK)} "$host" "$port"; then
+    exit 2
+fi
+
 args=(
 {flags}
 )
-args+=(--host "${{SGLANG_HOST:-{DEFAULT_HOST}}}" --port "${{SGLANG_PORT:-{DEFAULT_PORT}}}")
+args+=(--host "$host" --port "$port")
 if [[ -n "${{SGLANG_API_KEY:-}}" ]]; then
     args+=(--api-key "$SGLANG_API_KEY")
 fi
 
 exec "$python" -m "$module" "${{args[@]}}" "$@"
+"""
+
+
+# Binds as the server will (SO_REUSEADDR, as uvicorn sets it, so a closed server's TIME_WAIT
+# sockets do not count) and prints one line when it cannot.
+_PORT_CHECK = """import socket, sys
+host, port = sys.argv[1], sys.argv[2]
+try:
+    family = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)[0][0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, int(port)))
+except (OSError, ValueError) as exc:
+    reason = getattr(exc, "strerror", None) or exc
+    sys.exit(f"port {port} on {host} is not free ({reason}): stop the server holding it "
+             "or set SGLANG_PORT to a free port")
 """
 
 
@@ -235,13 +278,16 @@ def _double_quoted(value: str) -> str:
 
 
 def render_config_yaml(
-    config: ConfigFile, trial: TrialRecord, meta: StudyMeta, how: str, script_name: str
+    config: ConfigFile,
+    trial: TrialRecord,
+    meta: StudyMeta,
+    how: str,
+    script_name: str,
+    config_name: str = "THIS_FILE",
 ) -> str:
     header = "\n".join(f"# {line}" for line in _summary_lines(trial, meta, how))
     body = yaml.safe_dump(config.values, sort_keys=False, default_flow_style=False)
-    extra = ""
     if config.cli_only:
-        extra = " " + shlex.join(config.cli_only)
         header += (
             "\n# sglang refuses these flags in a config file; give them on the command line:"
             f"\n#   {shlex.join(config.cli_only)}"
@@ -249,10 +295,22 @@ def render_config_yaml(
     return (
         f"# sglang --config file exported by sglang-tuner (same flags as {script_name}).\n"
         f"{header}\n"
-        f"# Use: python3 -m {LAUNCH_MODULE} --config THIS_FILE --host {DEFAULT_HOST} "
-        f"--port {DEFAULT_PORT}{extra}\n"
+        f"# Use, with the interpreter and environment of {script_name} (which also checks that\n"
+        "# the port is free), in this file's folder:\n"
+        f"#   {config_command(meta, config, config_name)}\n"
         f"{body}"
     )
+
+
+def config_command(meta: StudyMeta, config: ConfigFile, config_name: str) -> str:
+    """The shell command that serves the `--config` file: `python3 -m sglang.launch_server` alone
+    fails where the study's server needed its own Python and variables (the CPU tier, say)."""
+    assignments = [
+        f"{key}={shlex.quote(value)}" for key, value in meta.engine_env if not is_secret(key)
+    ]
+    command = [meta.engine_python or "python3", "-m", LAUNCH_MODULE, "--config"]
+    runtime = ["--host", DEFAULT_HOST, "--port", str(DEFAULT_PORT), *config.cli_only]
+    return " ".join([*assignments, shlex.join([*command, config_name, *runtime])])
 
 
 def _flag_groups(argv: Sequence[str]) -> list[list[str]]:
@@ -283,7 +341,7 @@ def export_trial(
     out_dir: Path = Path("."),
 ) -> ExportResult:
     """Choose a trial (`trial` number, or a `pick` rule among candidates meeting `slos`) and
-    write launch_<study>_trial<N>.sh and launch_<study>_trial<N>.yaml into `out_dir`."""
+    write launch_<study>_trial<N>.sh, .yaml, .docker.sh and .k8s.yaml into `out_dir`."""
     meta, trials = load_records(storage, study_name)
     pick_rule = Pick(pick) if pick is not None else None
     parsed = [s if isinstance(s, Slo) else Slo.parse(s) for s in slos]
@@ -314,13 +372,22 @@ def export_trial(
     how = how_chosen(picked_by, parsed)
     script.write_text(render_launch_script(argv, chosen, meta, how))
     script.chmod(0o755)
-    config.write_text(render_config_yaml(config_file, chosen, meta, how, script.name))
+    config.write_text(render_config_yaml(config_file, chosen, meta, how, script.name, config.name))
+    deploy = DeploySpec.of(argv, meta, _summary_lines(chosen, meta, how), stem=stem)
+    warnings += deploy.warnings()
+    docker = out_dir / deploy.docker_name
+    docker.write_text(render_docker_run(deploy))
+    docker.chmod(0o755)
+    kubernetes = out_dir / deploy.kubernetes_file_name
+    kubernetes.write_text(render_kubernetes(deploy))
     return ExportResult(
         study_name=study_name,
         trial_number=chosen.number,
         picked_by=picked_by,
         script=script,
         config=config,
+        docker=docker,
+        kubernetes=kubernetes,
         argv=tuple(argv),
         validated_for=snapshot.version if snapshot is not None else None,
         warnings=tuple(warnings),
