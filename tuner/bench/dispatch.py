@@ -33,6 +33,10 @@ Send = Callable[[int, int, int, SimFields], Coroutine[Any, Any, None]]
 # arrivals bunched up behind the client. On this project's 2-core test host the simulator run
 # keeps p99 under 20 ms (tests/test_trace_replay.py); the bound leaves room for a busier host.
 REPLAY_LAG_LIMIT_S = 0.05
+# A trace replayed against the simulator sends up to this many requests ahead of their times
+# (each holds a connection open in the client and the simulator: well inside the 1024 open
+# files many hosts allow a process).
+REPLAY_MAX_AHEAD = 768
 
 
 class Dispatch(Protocol):

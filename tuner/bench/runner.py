@@ -25,6 +25,7 @@ from typing import Any
 from tuner.bench.client import BenchClient, ModelClock
 from tuner.bench.dispatch import (
     REPLAY_LAG_LIMIT_S,
+    REPLAY_MAX_AHEAD,
     Dispatch,
     ReadyTurns,
     SimFields,
@@ -309,6 +310,11 @@ class _Run:
         # The trace's time of each request, to measure how late it went out.
         self.scheduled = offsets
         concurrency = cfg.effective_concurrency
+        if offsets is not None and concurrency is None and client.modelled:
+            # Sent ahead of their times, the trace's requests reach the simulator on time even
+            # when it falls behind; the default window (MAX_AHEAD) would hold back those past
+            # it until a finish, which an overloaded configuration makes late.
+            concurrency = min(self.total, REPLAY_MAX_AHEAD)
         self.dispatch: Dispatch
         if client.modelled:
             self.dispatch = ModelledDispatch(
