@@ -4,6 +4,8 @@ The public names of the benchmark, imported from here; the modules, bottom first
 
 - `records`: `RequestRecord` (one request) and `Summary` (sglang's key names -> figures);
 - `metrics`: `summarize` and the other pure functions from records to a summary;
+- `trace`: a trace file (Mooncake, Azure, BurstGPT, ShareGPT, OpenAI chat) -> its requests and
+  their arrival times, for the `trace` workload kind;
 - `workload`: `WorkloadSpec`, the prompts of a run; `payload`: `build_body` for each endpoint;
 - `transport` and `client`: the streaming HTTP client (`BenchClient`) and its two clocks;
 - `dispatch`, with `wallclock` and `modelled`: when requests go out, on the wall clock against a
