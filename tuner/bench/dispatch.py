@@ -29,9 +29,10 @@ SimFields = dict[str, Any] | None
 # The runner's sender: (request index, conversation, turn, sim) -> the request, sent and recorded.
 Send = Callable[[int, int, int, SimFields], Coroutine[Any, Any, None]]
 
-# A trace replay whose p99 send lag (modelled seconds) is past this is not the trace: its
-# arrivals bunched up behind the client. On this project's 2-core test host the simulator run
-# keeps p99 under 20 ms (tests/test_trace_replay.py); the bound leaves room for a busier host.
+# A trace replay is not the trace when more than 1% of its requests (and more than one) went out
+# more than this late (modelled seconds): its arrivals bunched up behind the client. One request
+# is allowed, so that a single stall of the host does not void a short replay. On this
+# project's 2-core test host the simulator run keeps p99 under 20 ms (tests/test_trace_replay.py).
 REPLAY_LAG_LIMIT_S = 0.05
 # A trace replayed against the simulator sends up to this many requests ahead of their times
 # (each holds a connection open in the client and the simulator: well inside the 1024 open
@@ -126,7 +127,14 @@ def send_lag_summary(records: list[RequestRecord]) -> Summary:
         "p50_send_lag_ms": float(np.percentile(lags, 50)) * 1000.0,
         "p99_send_lag_ms": float(np.percentile(lags, 99)) * 1000.0,
         "max_send_lag_ms": float(lags.max()) * 1000.0,
+        "late_sends": int((lags > REPLAY_LAG_LIMIT_S).sum()),
     }
+
+
+def replay_kept_time(lag: Summary, requests: int) -> bool:
+    """Whether a replay's sends kept the trace's times (see REPLAY_LAG_LIMIT_S)."""
+    late = int(lag.get("late_sends", 0))
+    return late <= max(1, 0.01 * requests)
 
 
 class InFlight:
