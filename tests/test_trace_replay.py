@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -116,3 +118,21 @@ def test_a_replay_held_back_by_a_concurrency_cap_is_flagged(tmp_path: Path) -> N
     ):
         run_bench(BenchConfig(url=sim.url, workload=workload, concurrency=1))
     assert "\n" not in str(err.value)
+
+
+def test_tuner_bench_replays_a_trace_file(tmp_path: Path) -> None:
+    path = bursty_mooncake_trace(tmp_path / "trace.jsonl", requests=60)
+    out = tmp_path / "summary.json"
+    args = ["--workload", "trace", "--file", str(path), "--output-json", str(out)]
+    with SimProcess.start(["--sim-time-scale", "50", *SIM_MODEL]) as sim:
+        done = subprocess.run(
+            [sys.executable, "-m", "tuner.cli", "bench", "--url", sim.url, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "trace's block reuse" in done.stdout and "send lag p50/p99/max (ms)" in done.stdout
+    summary = json.loads(out.read_text())
+    assert summary["completed"] == 60 and summary["workload"]["kind"] == "trace"
+    assert summary["late_sends"] == 0 and summary["trace_block_reuse"] > 0.4

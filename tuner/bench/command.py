@@ -124,7 +124,7 @@ def result_json(result: BenchResult, cfg: BenchConfig) -> dict[str, Any]:
         "url": cfg.url,
         "api": cfg.api,
         "workload": cfg.workload.to_dict(),
-        "max_concurrency": cfg.concurrency,
+        "max_concurrency": cfg.effective_concurrency,
         "request_rate": cfg.request_rate,
         "arrival": cfg.arrival,
         "warmup_requests": cfg.warmup_requests,
@@ -152,6 +152,11 @@ def summary_tables(result: BenchResult, cfg: BenchConfig) -> list[Table]:
         ("concurrency", f"{s['concurrency']:.2f}"),
         ("cache hit rate", f"{s['cache_hit_rate']:.1%}"),
     ]
+    if "trace_block_reuse" in s:
+        rows.append(("trace's block reuse", f"{s['trace_block_reuse']:.1%}"))
+    if "p50_send_lag_ms" in s:
+        lags = "/".join(f"{s[f'{stat}_send_lag_ms']:.1f}" for stat in ("p50", "p99", "max"))
+        rows.append(("send lag p50/p99/max (ms)", lags))
     if s["accept_length"]:
         rows.append(("accept length", f"{s['accept_length']:.2f}"))
     if cfg.slos:
