@@ -84,6 +84,7 @@ ALLOWED = {
     "tuner.bench.records": set(),
     "tuner.bench.metrics": {"tuner.bench.records"},
     "tuner.bench.trace": {"tuner.errors"},
+    "tuner.bench.trace_profile": {"tuner.bench.trace"},
     "tuner.bench.workload": {"tuner.bench.trace", "tuner.errors"},
     "tuner.bench.payload": {"tuner.bench.workload"},
     "tuner.bench.transport": set(),

@@ -132,6 +132,7 @@ def test_tuner_bench_replays_a_trace_file(tmp_path: Path) -> None:
             timeout=120,
         )
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "mooncake trace: 60 requests over" in done.stdout
     assert "trace's block reuse" in done.stdout and "send lag p50/p99/max (ms)" in done.stdout
     summary = json.loads(out.read_text())
     assert summary["completed"] == 60 and summary["workload"]["kind"] == "trace"

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from tuner.bench.metrics import LATENCIES, STATISTICS
 from tuner.bench.runner import BenchConfig, BenchResult, run_bench
+from tuner.bench.trace_profile import TraceProfile, profile_trace
 from tuner.bench.workload import WorkloadSpec
 from tuner.errors import UserError
 
@@ -101,6 +102,8 @@ def bench_command(options: BenchOptions, console: Console | None = None) -> Benc
         else f", stopped after stage {result.stopped_at_stage + 1}"
     )
     console.print(f"[bold]{spec.kind}[/] workload on {cfg.url}{scale}{stopped}")
+    if spec.kind == "trace":
+        console.print(trace_line(profile_trace(spec.trace(), spec.block_size)))
     for table in summary_tables(result, cfg):
         console.print(table)
     errors = [r.error for r in result.records if r.error]
@@ -115,6 +118,24 @@ def bench_command(options: BenchOptions, console: Console | None = None) -> Benc
             for record in result.records:
                 handle.write(json.dumps(record.to_dict()) + "\n")
     return result
+
+
+def trace_line(profile: TraceProfile) -> str:
+    """One line saying what the replayed trace holds (trace seconds, before any speedup)."""
+    parts = [f"{profile.format} trace: {profile.requests} requests"]
+    if profile.duration_s is not None and profile.mean_rate_rps is not None:
+        parts[0] += f" over {profile.duration_s:.1f} s"
+        parts.append(
+            f"{profile.mean_rate_rps:.2f} req/s mean, {profile.peak_rate_rps or 0:.2f} peak"
+        )
+    for name, lengths in (("input", profile.input_len), ("output", profile.output_len)):
+        if lengths:
+            parts.append(f"{name} p50/p90/p99 " + "/".join(f"{v:.0f}" for v in lengths.values()))
+    if profile.block_reuse is not None:
+        parts.append(f"block reuse {profile.block_reuse:.1%}")
+    if profile.multi_turn_sessions:
+        parts.append(f"{profile.multi_turn_sessions} of {profile.sessions} sessions multi-turn")
+    return ", ".join(parts)
 
 
 def result_json(result: BenchResult, cfg: BenchConfig) -> dict[str, Any]:
