@@ -241,3 +241,12 @@ def test_an_unrecognised_file_asks_for_the_format(tmp_path: Path) -> None:
     path.write_text("a,b,c\n1,2,3\n")
     with pytest.raises(UserError, match=r"odd\.csv:1: cannot tell the trace's format"):
         read_trace(path)
+
+
+def test_warmup_prompts_do_not_warm_the_measured_prefixes(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "trace.jsonl", MOONCAKE)
+    workload = spec(path)
+    measured = {tuple(c.turns[0].user[:512]) for c in workload.make_conversations()}
+    warmup = workload.make_warmup(2)
+    assert len(warmup) == 2 and [len(c.turns[0].user) for c in warmup] == [1100, 1300]
+    assert not {tuple(c.turns[0].user[:512]) for c in warmup} & measured

@@ -287,6 +287,20 @@ class WorkloadSpec:
                 "workload key 'speedup' applies to mode 'open-loop'; a closed loop sends as "
                 "fast as its clients' answers come"
             )
+        # Read now (once: the file is cached), so that a bad line stops a space at load time.
+        trace = self.trace()
+        if self.replay_mode != "open-loop":
+            return
+        if not trace.timed:
+            raise UserError(
+                f"{trace.path}: a {trace.format} file has no arrival times; use mode: closed-loop"
+            )
+        multi = next((e for e in trace.entries if len(e.turns) > 1), None)
+        if multi is not None:
+            raise UserError(
+                f"{trace.path}:{multi.line}: a conversation of {len(multi.turns)} turns; an "
+                "open loop replays single requests (use mode: closed-loop)"
+            )
 
     def trace(self) -> Trace:
         """The window of the trace file this workload replays (kind `trace` only)."""
@@ -317,18 +331,7 @@ class WorkloadSpec:
         trace replayed in an open loop (its times / speedup); None otherwise."""
         if self.replay_mode != "open-loop":
             return None
-        trace = self.trace()
-        if not trace.timed:
-            raise UserError(
-                f"{trace.path}: a {trace.format} file has no arrival times; use mode: closed-loop"
-            )
-        multi = next((e for e in trace.entries if len(e.turns) > 1), None)
-        if multi is not None:
-            raise UserError(
-                f"{trace.path}:{multi.line}: a conversation of {len(multi.turns)} turns; an "
-                "open loop replays single requests (use mode: closed-loop)"
-            )
-        return [(e.arrival_s or 0.0) / self.speedup for e in trace.entries]
+        return [(e.arrival_s or 0.0) / self.speedup for e in self.trace().entries]
 
     def with_vocab(self, vocab_size: int | None) -> WorkloadSpec:
         """This workload with token ids drawn inside a vocabulary of `vocab_size` tokens.
@@ -372,7 +375,9 @@ class WorkloadSpec:
         if count <= 0:
             return []
         seed = self.seed if self.kind == "jsonl" else self.seed ^ _WARMUP_SEED_SALT
-        firsts = [Conversation(i, c.system, c.turns[:1]) for i, c in enumerate(self._build(seed))]
+        # A trace may be long: make only the prompts used.
+        shaped = self._trace(seed, count) if self.kind == "trace" else self._build(seed)
+        firsts = [Conversation(i, c.system, c.turns[:1]) for i, c in enumerate(shaped)]
         # Small workloads may have fewer conversations than warm-up requests asked for.
         return [
             Conversation(i, firsts[i % len(firsts)].system, firsts[i % len(firsts)].turns)
@@ -434,11 +439,11 @@ class WorkloadSpec:
             for c in range(self.conversations)
         ]
 
-    def _trace(self, seed: int) -> list[Conversation]:
+    def _trace(self, seed: int, limit: int | None = None) -> list[Conversation]:
         maker = PromptMaker(seed, *self.token_id_range(), self.block_size)
         default_output = self.output_len or self._DEFAULT_OUTPUT_LEN
         conversations = []
-        for index, entry in enumerate(self.trace().entries):
+        for index, entry in enumerate(self.trace().entries[:limit]):
             if entry.is_text:
                 turns = tuple(
                     Turn(t.user, t.output_len or default_output, t.answer) for t in entry.turns
