@@ -20,14 +20,13 @@ in the file stands in for the server's in the next turn's history.
 
 Example:
     >>> trace = read_trace(Path("trace.jsonl"), "auto")  # doctest: +SKIP
-    >>> trace.format, len(trace.entries), trace.entries[-1].arrival_s  # doctest: +SKIP
+    >>> trace.format, len(trace.entries), trace.offsets()[-1]  # doctest: +SKIP
     ('mooncake', 300, 59.8)
 """
 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import functools
 import json
 import math
@@ -69,7 +68,8 @@ class TraceTurn:
 class TraceEntry:
     """One request (length formats) or one conversation (text formats) of a trace.
 
-    `arrival_s`: seconds since the trace's first request (None: the format has no times);
+    `arrival_s`: seconds on the file's own clock (None: the format has no times; see
+    `Trace.offsets` for times since the first request);
     `line`: where it is in the file; `number`: its position among the file's entries, which
     seeds its own tokens so that a window of the trace sends the prompts the whole trace would.
     """
@@ -100,42 +100,76 @@ class Trace:
     def timed(self) -> bool:
         return all(e.arrival_s is not None for e in self.entries)
 
+    def offsets(self) -> list[float] | None:
+        """Seconds from the first request to each (None for a file without times)."""
+        if not self.entries or not self.timed:
+            return None
+        first = self.entries[0].arrival_s or 0.0
+        return [(e.arrival_s or 0.0) - first for e in self.entries]
+
     def window(
         self, start_s: float | None, duration_s: float | None, max_requests: int | None
     ) -> Trace:
-        """The entries arriving in [start, start + duration) (trace seconds), at most
-        `max_requests` of them, with their times measured from the first one kept."""
-        entries = list(self.entries)
+        """The entries arriving in [start, start + duration) (seconds from the trace's first
+        request), at most `max_requests` of them."""
+        entries = self.entries
         if start_s is not None or duration_s is not None:
             if not self.timed:
                 raise UserError(
                     f"{self.path}: a {self.format} file has no arrival times; 'start' and "
                     "'duration' need them (use max_requests to take the first requests)"
                 )
-            low = start_s or 0.0
+            low = (entries[0].arrival_s or 0.0) + (start_s or 0.0)
             high = math.inf if duration_s is None else low + duration_s
-            entries = [e for e in entries if low <= (e.arrival_s or 0.0) < high]
+            entries = tuple(e for e in entries if low <= (e.arrival_s or 0.0) < high)
         if max_requests is not None:
             entries = entries[:max_requests]
         if not entries:
             raise UserError(f"{self.path}: no request of the trace falls in the window asked for")
-        if entries[0].arrival_s is not None:
-            entries = _from_earliest(entries)
-        return Trace(self.path, self.format, tuple(entries))
+        return Trace(self.path, self.format, entries)
 
 
 def read_trace(path: Path, format: str = "auto") -> Trace:
     """Read and check a trace file; every problem names the file, the line and the field."""
+    return _read_cached(*_file_key(path), format)
+
+
+def read_window(
+    path: Path,
+    format: str,
+    start_s: float | None,
+    duration_s: float | None,
+    max_requests: int | None,
+) -> Trace:
+    """`read_trace(path, format).window(...)`, kept for the next call with the same window (a
+    workload asks for it several times)."""
+    return _window_cached(*_file_key(path), format, start_s, duration_s, max_requests)
+
+
+def _file_key(path: Path) -> tuple[Path, int, int]:
+    # Size and mtime in the key: a trace rewritten in place is read again.
     try:
         stat = path.stat()
     except OSError as exc:
         raise UserError(f"{path}: cannot read the trace file: {exc.strerror}") from None
-    # Keyed on size and mtime too: a trace rewritten in place is read again.
-    return _read_cached(path.resolve(), format, stat.st_size, stat.st_mtime_ns)
+    return path.resolve(), stat.st_size, stat.st_mtime_ns
+
+
+@functools.lru_cache(maxsize=8)
+def _window_cached(
+    path: Path,
+    size: int,
+    mtime_ns: int,
+    format: str,
+    start_s: float | None,
+    duration_s: float | None,
+    max_requests: int | None,
+) -> Trace:
+    return _read_cached(path, size, mtime_ns, format).window(start_s, duration_s, max_requests)
 
 
 @functools.lru_cache(maxsize=4)
-def _read_cached(path: Path, format: str, _size: int, _mtime_ns: int) -> Trace:
+def _read_cached(path: Path, _size: int, _mtime_ns: int, format: str) -> Trace:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -249,15 +283,18 @@ def _read_mooncake(path: Path, text: str) -> list[TraceEntry]:
 
 
 def _csv_rows(path: Path, text: str, needed: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
-    reader = csv.DictReader(text.splitlines())
-    columns = [c.strip() for c in reader.fieldnames or []]
+    """The `needed` columns of each row, by name, with the row's line number."""
+    reader = csv.reader(text.splitlines())
+    columns = [c.strip() for c in next(reader, [])]
     missing = [c for c in needed if c not in columns]
     if missing:
         raise UserError(f"{path}:1: the header has no column {', '.join(map(repr, missing))}")
+    indices = [(name, columns.index(name)) for name in needed]
     for row in reader:
-        cleaned = {(k or "").strip(): (v or "").strip() for k, v in row.items()}
+        if not row:
+            continue
         # The reader's line number is that of the row's last line (a quoted field may span lines).
-        yield reader.line_num, cleaned
+        yield reader.line_num, {k: row[i].strip() if i < len(row) else "" for k, i in indices}
 
 
 def _csv_int(where: str, row: dict[str, str], key: str) -> int:
@@ -295,17 +332,7 @@ def _read_azure(path: Path, text: str) -> list[TraceEntry]:
                 output_len=max(1, _csv_int(where, row, "GeneratedTokens")),
             )
         )
-    # The first row need not be the earliest: measure from the earliest.
-    earliest = min((e.arrival_s or 0.0 for e in entries), default=0.0)
-    return [
-        TraceEntry(**{**e.__dict__, "arrival_s": (e.arrival_s or 0.0) - earliest}) for e in entries
-    ]
-
-
-def _from_earliest(entries: list[TraceEntry]) -> list[TraceEntry]:
-    """Arrival times measured from the earliest (a log's first row need not be it)."""
-    earliest = min((e.arrival_s or 0.0 for e in entries), default=0.0)
-    return [dataclasses.replace(e, arrival_s=(e.arrival_s or 0.0) - earliest) for e in entries]
+    return entries
 
 
 def _trim_fraction(stamp: str) -> str:
@@ -337,10 +364,7 @@ def _read_burstgpt(path: Path, text: str) -> list[TraceEntry]:
                 output_len=response_tokens,
             )
         )
-    earliest = min((e.arrival_s or 0.0 for e in entries), default=0.0)
-    return [
-        TraceEntry(**{**e.__dict__, "arrival_s": (e.arrival_s or 0.0) - earliest}) for e in entries
-    ]
+    return entries
 
 
 def text_tokens(text: str) -> int:

@@ -33,7 +33,7 @@ from tuner.bench.trace import (
     PromptMaker,
     Trace,
     block_reuse,
-    read_trace,
+    read_window,
 )
 from tuner.errors import UserError
 
@@ -304,8 +304,8 @@ class WorkloadSpec:
 
     def trace(self) -> Trace:
         """The window of the trace file this workload replays (kind `trace` only)."""
-        trace = read_trace(Path(self.file or ""), self.format)
-        return trace.window(self.start, self.duration, self.max_requests)
+        path = Path(self.file or "")
+        return read_window(path, self.format, self.start, self.duration, self.max_requests)
 
     def trace_reuse(self) -> float | None:
         """The share of prompt tokens the trace's hash ids say a prefix cache can reuse, for a
@@ -331,7 +331,8 @@ class WorkloadSpec:
         trace replayed in an open loop (its times / speedup); None otherwise."""
         if self.replay_mode != "open-loop":
             return None
-        return [(e.arrival_s or 0.0) / self.speedup for e in self.trace().entries]
+        offsets = self.trace().offsets() or []
+        return [offset / self.speedup for offset in offsets]
 
     def with_vocab(self, vocab_size: int | None) -> WorkloadSpec:
         """This workload with token ids drawn inside a vocabulary of `vocab_size` tokens.
