@@ -83,7 +83,9 @@ BENCH = sorted(m for m in MODULES if m.startswith("tuner.bench."))
 ALLOWED = {
     "tuner.bench.records": set(),
     "tuner.bench.metrics": {"tuner.bench.records"},
-    "tuner.bench.workload": {"tuner.errors"},
+    "tuner.bench.trace": {"tuner.errors"},
+    "tuner.bench.trace_profile": {"tuner.bench.trace"},
+    "tuner.bench.workload": {"tuner.bench.trace", "tuner.errors"},
     "tuner.bench.payload": {"tuner.bench.workload"},
     "tuner.bench.transport": set(),
     "tuner.bench.client": {

@@ -4,6 +4,9 @@ The public names of the benchmark, imported from here; the modules, bottom first
 
 - `records`: `RequestRecord` (one request) and `Summary` (sglang's key names -> figures);
 - `metrics`: `summarize` and the other pure functions from records to a summary;
+- `trace`: a trace file (Mooncake, Azure, BurstGPT, ShareGPT, OpenAI chat) -> its requests and
+  their arrival times, for the `trace` workload kind (`read_trace`); `trace_profile`: its
+  figures (`profile_trace`: rates, length percentiles, prefix reuse, sessions);
 - `workload`: `WorkloadSpec`, the prompts of a run; `payload`: `build_body` for each endpoint;
 - `transport` and `client`: the streaming HTTP client (`BenchClient`) and its two clocks;
 - `dispatch`, with `wallclock` and `modelled`: when requests go out, on the wall clock against a
@@ -25,6 +28,8 @@ from tuner.bench.modelled import BenchLagError, failure_message
 from tuner.bench.payload import build_body
 from tuner.bench.records import RequestRecord, Summary
 from tuner.bench.runner import BenchConfig, BenchResult, run_bench, run_bench_async
+from tuner.bench.trace import read_trace
+from tuner.bench.trace_profile import TraceProfile, profile_trace
 from tuner.bench.workload import KINDS as WORKLOAD_KINDS
 from tuner.bench.workload import WorkloadSpec
 
@@ -36,9 +41,12 @@ __all__ = [
     "BenchResult",
     "RequestRecord",
     "Summary",
+    "TraceProfile",
     "WorkloadSpec",
     "build_body",
     "failure_message",
+    "profile_trace",
+    "read_trace",
     "run_bench",
     "run_bench_async",
     "summarize",

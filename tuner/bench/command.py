@@ -13,6 +13,7 @@ from rich.table import Table
 
 from tuner.bench.metrics import LATENCIES, STATISTICS
 from tuner.bench.runner import BenchConfig, BenchResult, run_bench
+from tuner.bench.trace_profile import TraceProfile, profile_trace
 from tuner.bench.workload import WorkloadSpec
 from tuner.errors import UserError
 
@@ -101,6 +102,8 @@ def bench_command(options: BenchOptions, console: Console | None = None) -> Benc
         else f", stopped after stage {result.stopped_at_stage + 1}"
     )
     console.print(f"[bold]{spec.kind}[/] workload on {cfg.url}{scale}{stopped}")
+    if spec.kind == "trace":
+        console.print(trace_line(profile_trace(spec.trace(), spec.block_size)))
     for table in summary_tables(result, cfg):
         console.print(table)
     errors = [r.error for r in result.records if r.error]
@@ -117,6 +120,24 @@ def bench_command(options: BenchOptions, console: Console | None = None) -> Benc
     return result
 
 
+def trace_line(profile: TraceProfile) -> str:
+    """One line saying what the replayed trace holds (trace seconds, before any speedup)."""
+    parts = [f"{profile.format} trace: {profile.requests} requests"]
+    if profile.duration_s is not None and profile.mean_rate_rps is not None:
+        parts[0] += f" over {profile.duration_s:.1f} s"
+        parts.append(
+            f"{profile.mean_rate_rps:.2f} req/s mean, {profile.peak_rate_rps or 0:.2f} peak"
+        )
+    for name, lengths in (("input", profile.input_len), ("output", profile.output_len)):
+        if lengths:
+            parts.append(f"{name} p50/p90/p99 " + "/".join(f"{v:.0f}" for v in lengths.values()))
+    if profile.block_reuse is not None:
+        parts.append(f"block reuse {profile.block_reuse:.1%}")
+    if profile.multi_turn_sessions:
+        parts.append(f"{profile.multi_turn_sessions} of {profile.sessions} sessions multi-turn")
+    return ", ".join(parts)
+
+
 def result_json(result: BenchResult, cfg: BenchConfig) -> dict[str, Any]:
     """The summary with sglang's key names at the top level, then how it was run."""
     return {
@@ -124,7 +145,7 @@ def result_json(result: BenchResult, cfg: BenchConfig) -> dict[str, Any]:
         "url": cfg.url,
         "api": cfg.api,
         "workload": cfg.workload.to_dict(),
-        "max_concurrency": cfg.concurrency,
+        "max_concurrency": cfg.effective_concurrency,
         "request_rate": cfg.request_rate,
         "arrival": cfg.arrival,
         "warmup_requests": cfg.warmup_requests,
@@ -152,6 +173,11 @@ def summary_tables(result: BenchResult, cfg: BenchConfig) -> list[Table]:
         ("concurrency", f"{s['concurrency']:.2f}"),
         ("cache hit rate", f"{s['cache_hit_rate']:.1%}"),
     ]
+    if "trace_block_reuse" in s:
+        rows.append(("trace's block reuse", f"{s['trace_block_reuse']:.1%}"))
+    if "p50_send_lag_ms" in s:
+        lags = "/".join(f"{s[f'{stat}_send_lag_ms']:.1f}" for stat in ("p50", "p99", "max"))
+        rows.append(("send lag p50/p99/max (ms)", lags))
     if s["accept_length"]:
         rows.append(("accept length", f"{s['accept_length']:.2f}"))
     if cfg.slos:

@@ -15,18 +15,29 @@ request to the runner's `Send` coroutine, which records it and then calls `done`
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 import numpy as np
 
-from tuner.bench.records import RequestRecord
+from tuner.bench.records import RequestRecord, Summary
 
 # The simulator-only `sim` object of one request (modelled.py), None against a real server.
 SimFields = dict[str, Any] | None
 # The runner's sender: (request index, conversation, turn, sim) -> the request, sent and recorded.
 Send = Callable[[int, int, int, SimFields], Coroutine[Any, Any, None]]
+
+# A trace replay is not the trace when more than 1% of its requests (and more than one) went out
+# more than this late (modelled seconds): its arrivals bunched up behind the client. One request
+# is allowed, so that a single stall of the host does not void a short replay. On this
+# project's 2-core test host the simulator run keeps p99 under 20 ms (tests/test_trace_replay.py).
+REPLAY_LAG_LIMIT_S = 0.05
+# A trace replayed against the simulator sends up to this many requests ahead of their times
+# (each holds a connection open in the client and the simulator: well inside the 1024 open
+# files many hosts allow a process).
+REPLAY_MAX_AHEAD = 768
 
 
 class Dispatch(Protocol):
@@ -96,6 +107,34 @@ def arrival_gaps(total: int, rate: float | None, arrival: str, seed: int) -> lis
         for i in range(1, total):
             gaps[i] = rng.exponential(1.0 / rate) if poisson else 1 / rate
     return gaps
+
+
+def replay_gaps(offsets: list[float]) -> list[float]:
+    """`arrival_gaps` for a trace: the gaps between its arrival times (`gaps[0]` is 0)."""
+    return [0.0] + [b - a for a, b in itertools.pairwise(offsets)]
+
+
+def send_lag_summary(records: list[RequestRecord]) -> Summary:
+    """p50 / p99 / max send lag (ms, modelled): how long after its time in the trace each
+    request went out, with the replay's clock started by its first request."""
+    timed = [r for r in records if r.scheduled_s is not None and r.success]
+    if not timed:
+        return {}
+    first = min(timed, key=lambda r: r.index)
+    origin = first.start_s - (first.scheduled_s or 0.0)
+    lags = np.array([max(0.0, r.start_s - origin - (r.scheduled_s or 0.0)) for r in timed])
+    return {
+        "p50_send_lag_ms": float(np.percentile(lags, 50)) * 1000.0,
+        "p99_send_lag_ms": float(np.percentile(lags, 99)) * 1000.0,
+        "max_send_lag_ms": float(lags.max()) * 1000.0,
+        "late_sends": int((lags > REPLAY_LAG_LIMIT_S).sum()),
+    }
+
+
+def replay_kept_time(lag: Summary, requests: int) -> bool:
+    """Whether a replay's sends kept the trace's times (see REPLAY_LAG_LIMIT_S)."""
+    late = int(lag.get("late_sends", 0))
+    return late <= max(1, 0.01 * requests)
 
 
 class InFlight:

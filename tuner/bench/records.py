@@ -46,6 +46,9 @@ class RequestRecord:
     rid: str | None = None
     # simulator only: modelled seconds the request reached the server after it was due
     late_s: float = 0.0
+    # a trace replayed in an open loop: modelled seconds from the first request to when the
+    # trace says this one arrives (`start_s` is when it went out)
+    scheduled_s: float | None = None
 
     @property
     def success(self) -> bool:

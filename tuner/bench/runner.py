@@ -23,7 +23,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.bench.client import BenchClient, ModelClock
-from tuner.bench.dispatch import Dispatch, ReadyTurns, SimFields, arrival_gaps
+from tuner.bench.dispatch import (
+    REPLAY_LAG_LIMIT_S,
+    REPLAY_MAX_AHEAD,
+    Dispatch,
+    ReadyTurns,
+    SimFields,
+    arrival_gaps,
+    replay_gaps,
+    replay_kept_time,
+    send_lag_summary,
+)
 from tuner.bench.metrics import check_slos, summarize
 from tuner.bench.modelled import (
     LATE_TOLERANCE_S,
@@ -116,6 +126,22 @@ class BenchConfig:
             check_slos(self.slos)
         except ValueError as exc:
             raise UserError(str(exc)) from None
+        replay = self.workload.replay_mode
+        check(
+            replay != "open-loop" or self.request_rate is None,
+            "a trace replayed in an open loop sends at its own times: drop the request rate "
+            "(or replay it with mode: closed-loop)",
+        )
+        check(
+            replay != "closed-loop" or self.effective_concurrency is not None,
+            "a trace replayed in a closed loop needs its number of clients: set the workload's "
+            "concurrency or the bench's",
+        )
+
+    @property
+    def effective_concurrency(self) -> int | None:
+        """The bench's concurrency, else a closed-loop trace's own number of clients."""
+        return self.concurrency if self.concurrency is not None else self.workload.concurrency
 
 
 @dataclass
@@ -181,13 +207,33 @@ async def run_bench_async(
         clock.restart()
         run = _Run(cfg, client, model, conversations, on_stage, on_progress)
         await run.measure()
+        lag = run.send_lag()
         failed = [r for r in [*warmup_records, *run.records] if r.error]
         lost = None
         if failed and not await client.reachable():
             lost = server_lost_message(cfg.url, failed, len(run.records))
     result = run.result(info.time_scale, warmup_records, info.raw)
     result.server_lost = lost
+    reuse = cfg.workload.trace_reuse()
+    if reuse is not None:
+        # What the cache hit rate of this run is to be read against.
+        result.summary["trace_block_reuse"] = reuse
+    if lag:
+        result.summary.update(lag)
+        if lost is None and not replay_kept_time(lag, len(result.records)):
+            raise BenchLagError(replay_lag_reason(lag))
     return result
+
+
+def replay_lag_reason(lag: Summary) -> str:
+    """One line for a trace replay whose requests went out too long after their times."""
+    return (
+        f"not a measurement: {lag['late_sends']} of the trace's requests went out more than "
+        f"{REPLAY_LAG_LIMIT_S * 1000:.0f} ms late (send lag p50 {lag['p50_send_lag_ms']:.1f} ms, "
+        f"p99 {lag['p99_send_lag_ms']:.1f} ms, max {lag['max_send_lag_ms']:.1f} ms, modelled): "
+        "the client could not keep the trace's times (an overloaded host, a concurrency cap, "
+        "or a speedup past what it can send)"
+    )
 
 
 def server_lost_message(url: str, failed: list[RequestRecord], measured: int) -> str:
@@ -254,9 +300,22 @@ class _Run:
         self.late: list[RequestRecord] = []
         self.measured = paced
         # Warm-up requests go out at once (up to the cap), not at the measured request rate.
-        gaps = arrival_gaps(
-            self.total, cfg.request_rate if paced else None, cfg.arrival, cfg.workload.seed
+        offsets = cfg.workload.arrival_offsets() if paced else None
+        gaps = (
+            replay_gaps(offsets)
+            if offsets is not None
+            else arrival_gaps(
+                self.total, cfg.request_rate if paced else None, cfg.arrival, cfg.workload.seed
+            )
         )
+        # The trace's time of each request, to measure how late it went out.
+        self.scheduled = offsets
+        concurrency = cfg.effective_concurrency
+        if offsets is not None and concurrency is None and client.modelled:
+            # Sent ahead of their times, the trace's requests reach the simulator on time even
+            # when it falls behind; the default window (MAX_AHEAD) would hold back those past
+            # it until a finish, which an overloaded configuration makes late.
+            concurrency = min(self.total, REPLAY_MAX_AHEAD)
         self.dispatch: Dispatch
         if client.modelled:
             self.dispatch = ModelledDispatch(
@@ -266,7 +325,7 @@ class _Run:
                 self.finished,
                 total=self.total,
                 gaps=gaps,
-                concurrency=cfg.concurrency,
+                concurrency=concurrency,
             )
         else:
             self.dispatch = WallClockDispatch(
@@ -276,7 +335,7 @@ class _Run:
                 self._fail,
                 total=self.total,
                 gaps=gaps,
-                concurrency=cfg.concurrency,
+                concurrency=concurrency,
             )
 
     async def warm_up(self) -> list[RequestRecord]:
@@ -333,6 +392,8 @@ class _Run:
             turn=turn_index if len(conversation.turns) > 1 else None,
             capture_output=has_next,
         )
+        if self.scheduled is not None:
+            record.scheduled_s = self.scheduled[index]
         if record.prompt_tokens == 0 and record.success:
             record.prompt_tokens = prompt_length(flatten(history))
         if has_next:
@@ -371,6 +432,10 @@ class _Run:
                     return
         if done == self.total:
             self.finished.set()
+
+    def send_lag(self) -> Summary:
+        """Send-lag percentiles of a trace replayed in an open loop (empty otherwise)."""
+        return send_lag_summary(self.records) if self.scheduled is not None else {}
 
     def _duration(self) -> float:
         # The benchmark starts at 0 (the clock restarts just before the first request).

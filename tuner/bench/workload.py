@@ -1,9 +1,10 @@
-"""Seeded, reproducible request streams: random, shared-prefix, multi-turn and JSONL.
+"""Seeded, reproducible request streams: random, shared-prefix, multi-turn, JSONL and traces.
 
 A workload is a list of conversations. Single-request workloads are conversations of one turn;
 a multi-turn conversation resends its whole history every turn, which is what makes prefix
 caching and HiCache matter. Prompts are token ids wherever possible, so that input and output
-lengths are exact without a tokenizer; JSONL files may also carry prompt text.
+lengths are exact without a tokenizer; JSONL files may also carry prompt text. A trace
+(trace.py) adds arrival times: `arrival_offsets` says when each conversation starts.
 
 Example:
     >>> spec = WorkloadSpec.from_dict({"kind": "multi-turn", "conversations": 2, "turns": 3})
@@ -25,6 +26,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from tuner.bench.trace import (
+    FORMATS,
+    MODES,
+    MOONCAKE_BLOCK,
+    PromptMaker,
+    Trace,
+    block_reuse,
+    read_window,
+)
 from tuner.errors import UserError
 
 # Token ids drawn from this range are valid in every vocabulary of 32k tokens or more, and stay
@@ -40,7 +50,7 @@ _WARMUP_SEED_SALT = 0x5EED
 
 Prompt = list[int] | str
 
-KINDS = ("random", "shared-prefix", "multi-turn", "jsonl")
+KINDS = ("random", "shared-prefix", "multi-turn", "jsonl", "trace")
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,18 @@ _KIND_KEYS: dict[str, tuple[str, ...]] = {
     ),
     "multi-turn": ("conversations", "turns", "system_prompt_len", "user_len", "answer_len"),
     "jsonl": ("file", "requests", "output_len"),
+    "trace": (
+        "file",
+        "format",
+        "mode",
+        "speedup",
+        "concurrency",
+        "start",
+        "duration",
+        "max_requests",
+        "block_size",
+        "output_len",
+    ),
 }
 _ALIASES = {"num_requests": "requests", "workload": "kind", "path": "file"}
 
@@ -117,6 +139,13 @@ class WorkloadSpec:
     - jsonl: `file` (required), `requests` (default: every line), `output_len` (used for lines
       that give none). Each line is an object with `prompt` (text) or `input_ids` (list of
       ints), and optionally `output_len`.
+    - trace: `file` (required; `path` is accepted too), `format` (`auto` | `mooncake` | `azure`
+      | `burstgpt` | `sharegpt` | `openai-chat`), `mode` (`open-loop`: arrivals at the trace's
+      times / `speedup`; `closed-loop`: its requests in order by `concurrency` clients; default
+      open-loop when the trace has times), `speedup` (1.0), `concurrency` (closed loop; default
+      the bench's), `start` and `duration` (a window, trace seconds), `max_requests`,
+      `block_size` (512: tokens per Mooncake hash id), `output_len` (answers a text trace does
+      not give; 256). See docs/traces.md.
 
     `num_requests` (also accepted as a key, meaning `requests`) is derived for every kind.
     """
@@ -136,6 +165,14 @@ class WorkloadSpec:
     user_len: int = 256
     answer_len: int = 256
     file: str | None = None
+    format: str = "auto"
+    mode: str | None = None
+    speedup: float = 1.0
+    concurrency: int | None = None
+    start: float | None = None
+    duration: float | None = None
+    max_requests: int | None = None
+    block_size: int = MOONCAKE_BLOCK
     # Not a workload key: the model's vocabulary size, set by the bench from the model's
     # config.json (`with_vocab`); None keeps ids in [TOKEN_ID_LOW, TOKEN_ID_HIGH).
     vocab_size: int | None = None
@@ -201,11 +238,101 @@ class WorkloadSpec:
         ratio = self.range_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 <= ratio <= 1:
             raise UserError(f"workload key 'range_ratio' must be a number in [0, 1], got {ratio!r}")
+        if self.kind == "trace":
+            self._check_trace_keys()
         if self.kind == "jsonl":
             if not self.file:
                 raise UserError("workload kind 'jsonl' needs the key 'file' (a JSONL file path)")
             if not Path(self.file).is_file():
                 raise UserError(f"workload file {self.file!r} does not exist or is not a file")
+
+    def _check_trace_keys(self) -> None:
+        if not self.file:
+            raise UserError("workload kind 'trace' needs the key 'file' (a trace file path)")
+        if not Path(self.file).is_file():
+            raise UserError(f"trace file {self.file!r} does not exist or is not a file")
+        if self.format not in FORMATS:
+            raise UserError(
+                f"workload key 'format' is {self.format!r}; allowed: {', '.join(FORMATS)}"
+            )
+        if self.mode is not None and self.mode not in MODES:
+            raise UserError(f"workload key 'mode' is {self.mode!r}; allowed: {', '.join(MODES)}")
+        for key, minimum in (("concurrency", 1), ("max_requests", 1), ("block_size", 1)):
+            value = getattr(self, key)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < minimum
+            ):
+                raise UserError(
+                    f"workload key {key!r} must be an integer >= {minimum}, got {value!r}"
+                )
+        for key, positive in (("speedup", True), ("start", False), ("duration", True)):
+            value = getattr(self, key)
+            if value is None:
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (value > 0 if positive else value >= 0)
+                or math.isinf(value)
+            ):
+                bound = "> 0" if positive else ">= 0"
+                raise UserError(f"workload key {key!r} must be a number {bound}, got {value!r}")
+        if self.mode == "open-loop" and self.concurrency is not None:
+            raise UserError(
+                "workload key 'concurrency' applies to mode 'closed-loop'; an open loop sends "
+                "at the trace's times"
+            )
+        if self.mode == "closed-loop" and self.speedup != 1.0:
+            raise UserError(
+                "workload key 'speedup' applies to mode 'open-loop'; a closed loop sends as "
+                "fast as its clients' answers come"
+            )
+        # Read now (once: the file is cached), so that a bad line stops a space at load time.
+        trace = self.trace()
+        if self.replay_mode != "open-loop":
+            return
+        if not trace.timed:
+            raise UserError(
+                f"{trace.path}: a {trace.format} file has no arrival times; use mode: closed-loop"
+            )
+        multi = next((e for e in trace.entries if len(e.turns) > 1), None)
+        if multi is not None:
+            raise UserError(
+                f"{trace.path}:{multi.line}: a conversation of {len(multi.turns)} turns; an "
+                "open loop replays single requests (use mode: closed-loop)"
+            )
+
+    def trace(self) -> Trace:
+        """The window of the trace file this workload replays (kind `trace` only)."""
+        path = Path(self.file or "")
+        return read_window(path, self.format, self.start, self.duration, self.max_requests)
+
+    def trace_reuse(self) -> float | None:
+        """The share of prompt tokens the trace's hash ids say a prefix cache can reuse, for a
+        trace that has them (Mooncake); None otherwise."""
+        if self.kind != "trace":
+            return None
+        entries = self.trace().entries
+        if not any(e.hash_ids for e in entries):
+            return None
+        return block_reuse(entries, self.block_size)
+
+    @property
+    def replay_mode(self) -> str | None:
+        """`open-loop` or `closed-loop` for a trace, None for the other kinds."""
+        if self.kind != "trace":
+            return None
+        if self.mode is not None:
+            return self.mode
+        return "open-loop" if self.trace().timed else "closed-loop"
+
+    def arrival_offsets(self) -> list[float] | None:
+        """Modelled seconds from the first request to each conversation's first turn, for a
+        trace replayed in an open loop (its times / speedup); None otherwise."""
+        if self.replay_mode != "open-loop":
+            return None
+        offsets = self.trace().offsets() or []
+        return [offset / self.speedup for offset in offsets]
 
     def with_vocab(self, vocab_size: int | None) -> WorkloadSpec:
         """This workload with token ids drawn inside a vocabulary of `vocab_size` tokens.
@@ -232,6 +359,8 @@ class WorkloadSpec:
             return self.groups * self.prompts_per_group
         if self.kind == "multi-turn":
             return self.conversations * self.turns
+        if self.kind == "trace":
+            return sum(max(1, len(e.turns)) for e in self.trace().entries)
         return sum(len(c.turns) for c in self.make_conversations())
 
     def make_conversations(self) -> list[Conversation]:
@@ -247,7 +376,9 @@ class WorkloadSpec:
         if count <= 0:
             return []
         seed = self.seed if self.kind == "jsonl" else self.seed ^ _WARMUP_SEED_SALT
-        firsts = [Conversation(i, c.system, c.turns[:1]) for i, c in enumerate(self._build(seed))]
+        # A trace may be long: make only the prompts used.
+        shaped = self._trace(seed, count) if self.kind == "trace" else self._build(seed)
+        firsts = [Conversation(i, c.system, c.turns[:1]) for i, c in enumerate(shaped)]
         # Small workloads may have fewer conversations than warm-up requests asked for.
         return [
             Conversation(i, firsts[i % len(firsts)].system, firsts[i % len(firsts)].turns)
@@ -262,6 +393,8 @@ class WorkloadSpec:
             return self._shared_prefix(rng)
         if self.kind == "multi-turn":
             return self._multi_turn(rng)
+        if self.kind == "trace":
+            return self._trace(seed)
         return read_jsonl(Path(self.file or ""), self.output_len, self.requests)
 
     def _random(self, rng: _TokenRng) -> list[Conversation]:
@@ -306,6 +439,21 @@ class WorkloadSpec:
             )
             for c in range(self.conversations)
         ]
+
+    def _trace(self, seed: int, limit: int | None = None) -> list[Conversation]:
+        maker = PromptMaker(seed, *self.token_id_range(), self.block_size)
+        default_output = self.output_len or self._DEFAULT_OUTPUT_LEN
+        conversations = []
+        for index, entry in enumerate(self.trace().entries[:limit]):
+            if entry.is_text:
+                turns = tuple(
+                    Turn(t.user, t.output_len or default_output, t.answer) for t in entry.turns
+                )
+                conversations.append(Conversation(index, entry.system, turns))
+            else:
+                turn = Turn(maker.prompt(entry), entry.output_len)
+                conversations.append(Conversation(index, [], (turn,)))
+        return conversations
 
 
 class _TokenRng:
