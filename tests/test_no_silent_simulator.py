@@ -89,6 +89,16 @@ def test_a_study_names_its_engine_first_in_the_summary_and_in_the_report(tmp_pat
     assert lines[study - 1] == "engine: simulated sglang 0.5.23"  # the summary's first line
     html = write_report(None, "named", studies_dir=tmp_path / "studies").read_text()
     assert "Engine: simulated sglang 0.5.23 ·" in html
+    # Measured trials never join modelled ones in one study.
+    real = StudyOptions(
+        trials=3, space_path=space, studies_dir=tmp_path / "studies", engine="sglang"
+    )
+    with pytest.raises(UserError) as mixed:
+        run_optimize(real, workers=1, report=False, dry_run=True)
+    assert str(mixed.value) == (
+        "study 'named' ran on simulated sglang 0.5.23, this run on real sglang 0.5.23: give "
+        "--study NEW for a new study, or --engine sim to go on with this one"
+    )
     # The live panel's first line too.
     from rich.console import Console
 

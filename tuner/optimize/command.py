@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+import optuna
 from rich.console import Console
 
 from tuner.errors import UserError
@@ -12,6 +13,8 @@ from tuner.optimize.cost import study_cost
 from tuner.optimize.preflight import preflight
 from tuner.optimize.progress import OptimizeDisplay
 from tuner.optimize.summary import print_summary
+from tuner.results import record
+from tuner.results.engine_label import engine_label
 from tuner.results.report import write_report
 from tuner.results.storage import open_storage
 from tuner.results.study_lock import ensure_writable_dir
@@ -40,6 +43,7 @@ def run_optimize(options: StudyOptions, workers: int, report: bool, dry_run: boo
     console.print(f"engine: {run.engine_label}", markup=False, highlight=False, soft_wrap=True)
     if (note := unused_gpu_note(run, engine_given=options.engine is not None)) is not None:
         console.print(note, markup=False, highlight=False, soft_wrap=True)
+    check_same_engine(run)
     # GPUs per server: --tp-size or the space's fixed tp_size (resolve_run settles which)
     groups = gpu_groups(options.gpus, run.options.tp_size, workers)
     loaded_space = run.space
@@ -82,6 +86,27 @@ def run_optimize(options: StudyOptions, workers: int, report: bool, dry_run: boo
         console.print(summary.gave_up)
         return 1
     return 0
+
+
+def check_same_engine(run: Run) -> None:
+    """A study goes on where it began: modelled and measured trials in one study would train
+    the sampler and fill the front with figures of two different machines. A UserError names
+    both engines and the ways out."""
+    try:
+        storage = open_storage(run.options.storage, run.study_name, run.options.studies_dir)
+        study = optuna.load_study(study_name=run.study_name, storage=storage)
+    except (UserError, KeyError):
+        return  # no such study yet
+    began = study.user_attrs.get(record.STUDY_ENGINE)
+    if began is None or began == run.options.engine:
+        return
+    other = "sim" if began == "sim" else "sglang"
+    raise UserError(
+        f"study {run.study_name!r} ran on "
+        f"{engine_label(began, study.user_attrs.get(record.STUDY_SGLANG_VERSION))}, this run "
+        f"on {engine_label(run.options.engine, run.space.engine_version)}: give --study NEW for "
+        f"a new study, or --engine {other} to go on with this one"
+    )
 
 
 def unused_gpu_note(run: Run, engine_given: bool) -> str | None:
