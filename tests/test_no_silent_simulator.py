@@ -164,7 +164,7 @@ def test_the_simulator_on_a_host_with_a_gpu_and_sglang_says_so(tmp_path, monkeyp
     assert "(--engine sim)" in capsys.readouterr().out.splitlines()[1]
 
 
-def test_init_writes_real_sglang_of_the_engines_python_and_no_sim_block(tmp_path):
+def test_init_writes_real_sglang_of_the_engines_python_and_no_sim_block(tmp_path, capsys):
     python = _python_with_sglang(tmp_path, "0.5.11")
     request = InitRequest(model_path=str(LLAMA_8B), gpu="h100", engine_python=str(python))
     path = write_space(request, tmp_path / "real.yaml")
@@ -172,6 +172,14 @@ def test_init_writes_real_sglang_of_the_engines_python_and_no_sim_block(tmp_path
     assert space.engine.server == "real" and space.engine.version == "0.5.11"
     assert space.engine.python == str(python) and space.sim == {}
     assert "# sglang 0.5.11 (the sglang of " in path.read_text()
+    # Run on the simulator anyway, it says which GPU it models instead.
+    run = StudyOptions(space_path=path, studies_dir=tmp_path / "studies", engine="sim")
+    assert run_optimize(run, workers=1, report=False, dry_run=True) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "note: the space has no sim: block, so the simulator models its default GPU (NVIDIA RTX "
+        "PRO 6000 Blackwell Workstation Edition), not yours: `tuner init --engine sim --gpu NAME` "
+        "writes a space whose simulator models your GPU"
+    )
     # A Python without sglang: the newest release the tuner knows.
     bare = write_space(
         InitRequest(model_path=str(LLAMA_8B), gpu="h100", engine_python=sys.executable),

@@ -41,7 +41,7 @@ def run_optimize(options: StudyOptions, workers: int, report: bool, dry_run: boo
     run = resolve_run(options)  # bad YAML: one line, exit 2; the host asked once
     # Where the figures come from, first: a study on the simulator must never pass for a GPU's.
     console.print(f"engine: {run.engine_label}", markup=False, highlight=False, soft_wrap=True)
-    if (note := unused_gpu_note(run, engine_given=options.engine is not None)) is not None:
+    for note in simulator_notes(run, engine_given=options.engine is not None):
         console.print(note, markup=False, highlight=False, soft_wrap=True)
     check_same_engine(run)
     # GPUs per server: --tp-size or the space's fixed tp_size (resolve_run settles which)
@@ -107,6 +107,23 @@ def check_same_engine(run: Run) -> None:
         f"on {engine_label(run.options.engine, run.space.engine_version)}: give --study NEW for "
         f"a new study, or --engine {other} to go on with this one"
     )
+
+
+def simulator_notes(run: Run, engine_given: bool) -> list[str]:
+    """What a study on the simulator must not leave unsaid: the GPU it models when the space
+    names none, and a real GPU beside it that could have measured instead."""
+    if run.options.engine != "sim":
+        return []
+    notes = []
+    if not run.space.sim:
+        notes.append(
+            f"note: the space has no sim: block, so the simulator models its default GPU "
+            f"({run.host.gpu_name}), not yours: `tuner init --engine sim --gpu NAME` writes a "
+            "space whose simulator models your GPU"
+        )
+    if (unused := unused_gpu_note(run, engine_given)) is not None:
+        notes.append(unused)
+    return notes
 
 
 def unused_gpu_note(run: Run, engine_given: bool) -> str | None:
