@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from tuner.cli import app
 from tuner.errors import UserError
-from tuner.host import read_host_facts
+from tuner.host import installed_sglang, read_host_facts
 from tuner.init.command import write_space
 from tuner.init.facts import meminfo_available_gb, read_gpu, read_host
 from tuner.init.write import InitRequest
@@ -180,6 +180,9 @@ def test_init_command_line(tmp_path, monkeypatch):
     # Real sglang unless the simulator is asked for: no sim: block to run it by mistake.
     assert space.engine.server == "real" and space.sim == {}
     assert "sim:" not in written.read_text()
+    # Without sglang in this Python the file names the newest release, and init says what to do.
+    lacks = installed_sglang() is None
+    assert ("note: the trials run real sglang, which this Python lacks" in result.output) == lacks
     again = CliRunner().invoke(app, args)
     assert isinstance(again.exception, UserError) and "--force" in str(again.exception)
     simulated = CliRunner().invoke(app, [*args, "--engine", "sim", "-o", "sim.yaml"])

@@ -21,6 +21,7 @@ class WrittenSpace:
     space: SearchSpace  # loaded back as `tuner optimize` will load it
     # the estimate's word on the SLOs' reach and on the KV pool (tuner/init/reach.py), if asked
     note: str | None
+    sglang_installed: bool = True  # in the engine's Python (False: the newest snapshot named)
 
 
 def write_space(request: InitRequest, out: Path | None, force: bool = False) -> Path:
@@ -74,7 +75,8 @@ def written_space(
         if reach
         else []
     )  # fmt: skip
-    return WrittenSpace(path, space, "\n".join(notes) or None)
+    installed = request.sglang_version is not None or "not installed" not in version_source
+    return WrittenSpace(path, space, "\n".join(notes) or None, installed)
 
 
 def init_command(
@@ -153,6 +155,12 @@ def init_command(
     if written.note:
         typer.echo(written.note)
     typer.echo(f"tuning: {', '.join(written.space.params)} (each commented in the file)")
+    if engine == "sglang" and not written.sglang_installed:
+        typer.echo(
+            "note: the trials run real sglang, which this Python lacks: install it here "
+            "(pip install -e '.[sglang]'), or give the Python that has it (--engine-python, or "
+            "python: in the space's engine); `tuner init --engine sim` writes a simulator space"
+        )
     typer.echo(
         f"next: tuner optimize --space {written.path} --dry-run   (the cost, nothing launched)"
     )
