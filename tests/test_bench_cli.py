@@ -95,3 +95,37 @@ def test_malformed_jsonl_names_file_and_line(tmp_path, server):
     run = tuner("--url", server.url, "--workload", "jsonl", "--file", str(path))
     assert run.returncode == 2
     assert f"{path}:2: 'output_len' must be an integer >= 1, got 0" in run.stderr
+
+
+def test_a_server_that_is_not_sglang_is_one_line_and_exit_2(tmp_path):
+    """A plain web server (Python's http.server: HTML pages, 404 for sglang's routes) used to
+    get a table of zeros and a raw HTML body."""
+    (tmp_path / "index.html").write_text("<html><body>a web page</body></html>")
+    port = free_port()
+    web = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        import httpx
+
+        for _ in range(100):  # until it listens
+            try:
+                httpx.get(url, timeout=1.0)
+                break
+            except httpx.HTTPError:
+                import time
+
+                time.sleep(0.1)
+        run = tuner("--url", url, "--requests", "2", "--output-len", "4")
+    finally:
+        web.terminate()
+        web.wait(timeout=10)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stderr.startswith(f"error: {url} does not look like an sglang server: ")
+    assert "/server_info answered HTTP 404 (text/html)" in run.stderr
+    assert run.stderr.count("\n") == 1 and "<html" not in run.stderr + run.stdout
+    assert "output throughput" not in run.stdout  # no table

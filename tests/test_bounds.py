@@ -116,7 +116,8 @@ def test_a_capacity_bound_without_the_model_config_says_how_to_fix_it(tmp_path):
 
     data = _space("capacity", {"concurrency": None, "request_rate": 4})
     path = tmp_path / "nocfg.yaml"
-    path.write_text(yaml.safe_dump({**data, "model_path": str(tmp_path / "no-such-model")}))
+    # a repo id this host has not cached: sglang would fetch it, the estimate cannot read it
+    path.write_text(yaml.safe_dump({**data, "model_path": "no-such-org/no-such-model"}))
     options = StudyOptions(space_path=path, engine="sglang", gpu_memory_gb=80.0)
     with pytest.raises(UserError, match=r"needs the model's config.json: .*capacity: N"):
         resolve_run(options)

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from tuner.cli import app
 from tuner.errors import UserError
-from tuner.host import read_host_facts
+from tuner.host import installed_sglang, read_host_facts
 from tuner.init.command import write_space
 from tuner.init.facts import meminfo_available_gb, read_gpu, read_host
 from tuner.init.write import InitRequest
@@ -60,6 +60,8 @@ CASES = {
 
 
 def _init(tmp_path: Path, model: Path | str, gpu: str, workload: str = "chat", **kw) -> Path:
+    """A space for the simulator (`--engine sim`) unless `engine` says otherwise."""
+    kw.setdefault("engine", "sim")
     request = InitRequest(model_path=str(model), gpu=gpu, workload=workload, **kw)
     return write_space(request, tmp_path / f"{Path(model).name}.yaml")
 
@@ -152,6 +154,13 @@ def test_first_errors_are_one_line(tmp_path, monkeypatch):
         _init(tmp_path, "nobody/no-such-model", "h200")
     assert "no config.json for 'nobody/no-such-model'" in str(missing.value)
     assert "\n" not in str(missing.value)
+    # A path is no repo id: nothing to download, the hint is about the path.
+    for path in (str(tmp_path / "no-such-dir"), "./models/nope", "~/no/such/model"):
+        with pytest.raises(UserError) as no_dir:
+            _init(tmp_path, path, "h200")
+        said = str(no_dir.value)
+        assert f"--model-path {path!r}: no such directory" in said, said
+        assert "huggingface-cli" not in said and "\n" not in said
     with pytest.raises(UserError) as unknown:
         _init(tmp_path, SIM_MODELS / "qwen3-8b", "tpu-v5")
     assert "H100 SXM" in str(unknown.value) and "h200, rtx-pro-6000-blackwell" in str(unknown.value)
@@ -168,10 +177,20 @@ def test_init_command_line(tmp_path, monkeypatch):
     written = tmp_path / "llama-3.1-8b-h100-sxm-chat.yaml"
     assert f"wrote {written.name}" in result.output
     space = load_space(written)
-    # The simulator has an H100 SXM profile: the space's simulator runs on that GPU.
-    assert set(space.sim) == {"hardware", "time_scale"} and space.sim["hardware"] == "h100-sxm"
+    # Real sglang unless the simulator is asked for: no sim: block to run it by mistake.
+    assert space.engine.server == "real" and space.sim == {}
+    assert "sim:" not in written.read_text()
+    # Without sglang in this Python the file names the newest release, and init says what to do.
+    lacks = installed_sglang() is None
+    assert ("note: the trials run real sglang, which this Python lacks" in result.output) == lacks
     again = CliRunner().invoke(app, args)
     assert isinstance(again.exception, UserError) and "--force" in str(again.exception)
+    simulated = CliRunner().invoke(app, [*args, "--engine", "sim", "-o", "sim.yaml"])
+    assert simulated.exit_code == 0, simulated.output
+    space = load_space(tmp_path / "sim.yaml")
+    # The simulator has an H100 SXM profile: the space's simulator runs on that GPU.
+    assert space.engine.server == "simulated"
+    assert set(space.sim) == {"hardware", "time_scale"} and space.sim["hardware"] == "h100-sxm"
 
 
 def test_a_gpu_the_spec_table_lacks_is_named_with_its_memory(tmp_path, monkeypatch):
@@ -196,16 +215,19 @@ def test_a_gpu_the_spec_table_lacks_is_named_with_its_memory(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     args = ["init", "--model-path", str(TEST_MODELS / "mixtral-8x7b"), "--gpu", "NVIDIA A40",
             "--gpu-memory-gb", "141", "--workload", "rag", "--host-ram-gb", "256"]  # fmt: skip
-    result = CliRunner().invoke(app, args)
+    result = CliRunner().invoke(app, [*args, "--engine", "sim"])
     assert result.exit_code == 0, result.output
     written = tmp_path / "mixtral-8x7b-nvidia-a40-rag.yaml"
     text = written.read_text()
     assert "# GPU: NVIDIA A40, 141 GB" in text
-    # The simulator has no A40: the file says which GPU a study on it would measure instead.
-    comments = " ".join(line.lstrip("# ") for line in text.splitlines() if line.startswith("#"))
-    assert "no profile for NVIDIA A40: a study on it measures its default, NVIDIA RTX" in comments
-    assert "not this GPU." in comments
-    assert "mem_fraction_static" in load_space(written).params
+    space = load_space(written)
+    assert "mem_fraction_static" in space.params
+    # The simulator has no A40 profile: it is given this GPU's figures, so that a study on it
+    # models (and prices) the A40 the space was written for, not the simulator's default GPU.
+    run = resolve_run(StudyOptions(space_path=written, studies_dir=tmp_path / "studies"))
+    assert run.options.engine == "sim"
+    assert run.host.gpu_name == "NVIDIA A40"
+    assert run.host.gpu_memory_gb == pytest.approx(141.0, abs=0.1)
 
 
 def test_weights_above_90_percent_of_the_gpu_leave_the_top_fraction_alone(tmp_path):

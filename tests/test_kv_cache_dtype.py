@@ -124,7 +124,7 @@ def test_the_memory_check_and_the_estimate_count_the_flags_bytes():
 def test_init_offers_the_dtypes_it_is_given(tmp_path):
     request = InitRequest(
         model_path=str(LLAMA_8B), gpu="h100", workload="rag", sglang_version="0.5.23",
-        host_ram_gb=500,
+        host_ram_gb=500, engine="sim",
     )  # fmt: skip
     both = write_space(replace(request, kv_cache_dtypes=("auto", "fp8_e4m3")), tmp_path / "a.yaml")
     data = yaml.safe_load(both.read_text())

@@ -16,7 +16,7 @@ from tuner.init.command import init_command
 
 app = typer.Typer(
     name="tuner",
-    help="Auto-tune SGLang launch parameters with Optuna (a simulated server is the default).",
+    help="Auto-tune SGLang launch parameters with Optuna (real sglang, or a simulated server).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -38,7 +38,7 @@ def main() -> None:
 
 @app.callback()
 def _root() -> None:
-    """Auto-tune SGLang launch parameters with Optuna (a simulated server is the default)."""
+    """Auto-tune SGLang launch parameters with Optuna (real sglang, or a simulated server)."""
 
 
 # Commands register themselves below; keep each block a thin call into its module.
@@ -66,7 +66,11 @@ def optimize(
     study: str | None = typer.Option(
         None, "--study", help="Study name (default: the space's name)."
     ),
-    engine: str = typer.Option("sim", "--engine", help="sim (simulated server) or sglang."),
+    engine: str | None = typer.Option(
+        None,
+        "--engine",
+        help="sglang (real) or sim (the simulated server); default: the space's engine.server.",
+    ),
     engine_python: str | None = typer.Option(
         None,
         "--engine-python",

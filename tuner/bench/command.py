@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tuner.bench.client import API_KEY_ENV
 from tuner.bench.metrics import LATENCIES, STATISTICS
 from tuner.bench.runner import BenchConfig, BenchResult, run_bench
 from tuner.bench.trace_profile import TraceProfile, profile_trace
@@ -61,6 +64,7 @@ def bench_command(options: BenchOptions, console: Console | None = None) -> Benc
     for path in (options.output_json, options.output_details):
         if path is not None and not path.parent.is_dir():
             raise UserError(f"cannot write {path}: folder {path.parent} does not exist")
+    check_sglang_server(options.url, options.api_key)
 
     progress = Progress(
         TextColumn("[bold]bench[/]"),
@@ -136,6 +140,44 @@ def trace_line(profile: TraceProfile) -> str:
     if profile.multi_turn_sessions:
         parts.append(f"{profile.multi_turn_sessions} of {profile.sessions} sessions multi-turn")
     return ", ".join(parts)
+
+
+def check_sglang_server(url: str, api_key: str | None = None, timeout_s: float = 30.0) -> None:
+    """Refuse, in one line, a server that answers HTTP but is not sglang (or the simulator):
+    benchmarked, every request would fail and the table would be zeros over an HTML body.
+
+    sglang answers /server_info (older releases /get_server_info) with a JSON object. A server
+    that cannot be reached, refuses the key or is still loading is left to the benchmark's own
+    probe, which says so."""
+    if not url.startswith(("http://", "https://")):
+        return  # the client's own check names the scheme
+    key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    seen: list[str] = []
+    with httpx.Client(base_url=url.rstrip("/"), headers=headers, trust_env=False) as client:
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                response = client.get(path, timeout=timeout_s)
+            except httpx.HTTPError:
+                return
+            status = response.status_code
+            if status in (401, 403) or status >= 500:
+                return
+            kind = response.headers.get("content-type", "no content type").split(";")[0]
+            if status == 200:
+                try:
+                    if isinstance(response.json(), dict):
+                        return
+                except ValueError:
+                    pass
+                seen.append(f"{path} answered {kind}, not sglang's JSON")
+            else:
+                seen.append(f"{path} answered HTTP {status} ({kind})")
+    raise UserError(
+        f"{url} does not look like an sglang server: {' and '.join(seen)}; give the address of "
+        "a running sglang server (python -m sglang.launch_server) or of the simulator "
+        "(python -m tuner.sim)"
+    )
 
 
 def result_json(result: BenchResult, cfg: BenchConfig) -> dict[str, Any]:

@@ -21,6 +21,7 @@ class WrittenSpace:
     space: SearchSpace  # loaded back as `tuner optimize` will load it
     # the estimate's word on the SLOs' reach and on the KV pool (tuner/init/reach.py), if asked
     note: str | None
+    sglang_installed: bool = True  # in the engine's Python (False: the newest snapshot named)
 
 
 def write_space(request: InitRequest, out: Path | None, force: bool = False) -> Path:
@@ -36,20 +37,36 @@ def written_space(
 
     The space loads as `tuner optimize` will load it: the release's parser snapshot, the
     ranges, the workload; a failure there is a bug of init's, reported with the file."""
+    import yaml
+
     from tuner.init.facts import read_gpu, read_host, read_model, sglang_version
     from tuner.init.reach import kv_pool_note, unreachable_note
-    from tuner.init.write import space_name, space_text
+    from tuner.init.write import sim_gpu_overrides, space_name, space_text
     from tuner.space.load import load_space
+    from tuner.study.run import engine_python
 
+    if request.engine not in ("sglang", "sim"):
+        raise UserError(f"--engine {request.engine!r}: choose sglang (real) or sim (the simulator)")
+    if request.engine_python and request.engine == "sim":
+        raise UserError("--engine-python applies to --engine sglang only: drop one of them")
+    python = engine_python(request.engine_python) if request.engine_python else None
     model = read_model(request.model_path)
     gpu = read_gpu(request.gpu, request.gpu_memory_gb, request.tp_size)
     host = read_host(gpu, request.host_ram_gb)
-    version, version_source = sglang_version(request.sglang_version)
-    text = space_text(request, model, gpu, host, version, version_source)
+    version, version_source = sglang_version(request.sglang_version, python)
     path = out or Path(f"{request.name or space_name(model, gpu, request.workload)}.yaml")
     if path.exists() and not force:
         raise UserError(f"{path} exists: give another -o FILE, or --force to overwrite it")
+    # The simulator is told this GPU's figures when it has no profile of its own for it.
+    gpu_file = None
+    if request.engine == "sim" and gpu.sim_hardware is None:
+        gpu_file = path.with_name(f"{path.stem}.sim-gpu.yaml")
+    text = space_text(request, model, gpu, host, version, version_source, gpu_file)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if gpu_file is not None:
+        overrides = yaml.safe_dump(sim_gpu_overrides(gpu, host), sort_keys=False)
+        header = f"# {gpu.spec.name} for the simulator, written by `tuner init` for {path.name}\n"
+        gpu_file.write_text(header + overrides, encoding="utf-8")
     path.write_text(text, encoding="utf-8")
     space = load_space(path)  # the parser snapshot, the ranges, the workload: as optimize will
     notes = (
@@ -58,7 +75,8 @@ def written_space(
         if reach
         else []
     )  # fmt: skip
-    return WrittenSpace(path, space, "\n".join(notes) or None)
+    installed = request.sglang_version is not None or "not installed" not in version_source
+    return WrittenSpace(path, space, "\n".join(notes) or None, installed)
 
 
 def init_command(
@@ -96,6 +114,16 @@ def init_command(
         help="KV cache dtype, or several to choose from: 'auto,fp8_e4m3' (default: sglang's "
         "auto, the model's dtype). An 8-bit cache can cost accuracy.",
     ),
+    engine: str = typer.Option(
+        "sglang",
+        "--engine",
+        help="Where the trials will run: sglang (real, the default) or sim (the simulator).",
+    ),
+    engine_python: str | None = typer.Option(
+        None,
+        "--engine-python",
+        help="The Python that runs sglang: its release names the flags, and the space keeps it.",
+    ),
     name: str | None = typer.Option(None, "--name", help="Space (and study) name."),
     out: Path | None = typer.Option(None, "-o", "--out", help="File to write (./<name>.yaml)."),
     force: bool = typer.Option(False, "--force", help="Overwrite the file."),
@@ -114,6 +142,8 @@ def init_command(
         host_ram_gb=host_ram_gb,
         name=name,
         tp_size=tp_size,
+        engine=engine,
+        engine_python=engine_python,
         kv_cache_dtypes=tuple(
             dict.fromkeys(
                 part.strip() for part in (kv_cache_dtype or "").split(",") if part.strip()
@@ -125,6 +155,12 @@ def init_command(
     if written.note:
         typer.echo(written.note)
     typer.echo(f"tuning: {', '.join(written.space.params)} (each commented in the file)")
+    if engine == "sglang" and not written.sglang_installed:
+        typer.echo(
+            "note: the trials run real sglang, which this Python lacks: install it here "
+            "(pip install -e '.[sglang]'), or give the Python that has it (--engine-python, or "
+            "python: in the space's engine); `tuner init --engine sim` writes a simulator space"
+        )
     typer.echo(
         f"next: tuner optimize --space {written.path} --dry-run   (the cost, nothing launched)"
     )

@@ -30,6 +30,7 @@ from tuner.engines.sglang import CANONICAL_VERSION, load_snapshot
 from tuner.errors import UserError
 from tuner.host import installed_sglang, nvml_gpu
 from tuner.predict.gpu_specs import GpuSpec, gpu_spec, known_gpus, provisional_spec
+from tuner.space.model_path import model_path_problem
 
 GB = 1e9
 HOST_RAM_RESERVE_GB = 10.0  # sglang refuses a host pool above free RAM less 10 GB
@@ -93,6 +94,8 @@ def _anchored(model_path: str) -> str:
 def read_model(model_path: str) -> ModelFacts:
     """The model's shape from its config.json; a one-line UserError when it is not here."""
     config_dir = find_config_dir(model_path)
+    if config_dir is None and (problem := model_path_problem(model_path)) is not None:
+        raise UserError(problem.replace("model_path", "--model-path", 1))  # a path: no download
     if config_dir is None:
         where = ", ".join(str(d) for d in hf_cache_dirs())
         raise UserError(
@@ -213,16 +216,18 @@ def meminfo_available_gb(path: Path = Path("/proc/meminfo")) -> float | None:
     return None
 
 
-def sglang_version(given: str | None) -> tuple[str, str]:
-    """(version whose flag names the space uses, where it came from)."""
+def sglang_version(given: str | None, python: str | None = None) -> tuple[str, str]:
+    """(version whose flag names the space uses, where it came from). `python`: the engine's
+    interpreter, whose sglang is asked (None: the tuner's own)."""
     if given:
         load_snapshot(given)  # unknown: a UserError listing the known versions
         return given, "--sglang-version"
-    installed = installed_sglang()
+    installed = installed_sglang(python)
+    where = f"for {python}" if python else "here"
     if installed is None:
-        return CANONICAL_VERSION, "sglang is not installed here: the newest flag snapshot"
+        return CANONICAL_VERSION, f"sglang is not installed {where}: the newest flag snapshot"
     load_snapshot(installed)
-    return installed, "the installed sglang"
+    return installed, "the installed sglang" if python is None else f"the sglang of {python}"
 
 
 def _known_names() -> str:
@@ -246,16 +251,6 @@ def _simulator_refusal(name: str) -> str:
     """What the simulator says about a hardware name it has no profile for (lists its own)."""
     code, text = _describe(name)
     return "" if code == 0 else text.strip().removeprefix("error: ")
-
-
-def simulator_default() -> tuple[str, float] | None:
-    """(GPU name, memory GB) of the hardware profile the simulator runs when a space names
-    none; None when it cannot say."""
-    code, text = _describe(None)
-    if code != 0:
-        return None
-    described = json.loads(text)
-    return str(described["gpu_name"]), float(described["gpu_memory_gb"])
 
 
 @cache

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from tuner.errors import UserError
-from tuner.init.facts import GpuFacts, HostFacts, ModelFacts, simulator_default
+from tuner.init.facts import GB, GpuFacts, HostFacts, ModelFacts
 
 if TYPE_CHECKING:
     from tuner.init.params import Plan
@@ -72,6 +72,8 @@ class InitRequest:
     tp_size: int = 1  # GPUs one server spans
     # --kv-cache-dtype: one is a fixed flag, several a choice of the space; none: sglang's auto
     kv_cache_dtypes: tuple[str, ...] = ()
+    engine: str = "sglang"  # where the trials run: "sglang" (real) or "sim" (the simulator)
+    engine_python: str | None = None  # the interpreter that runs sglang (None: the tuner's)
 
 
 def workload_template(choice: str) -> tuple[dict[str, Any], int, str, str]:
@@ -137,7 +139,10 @@ def space_text(
     host: HostFacts,
     version: str,
     version_source: str,
+    sim_gpu_file: Path | None = None,
 ) -> str:
+    """The space file's text. `sim_gpu_file`: with `--engine sim` for a GPU the simulator has no
+    profile for, the file that tells it this GPU's figures (`sim_gpu_overrides`)."""
     from tuner.init.params import kv_cache_dtypes_problem, plan_params  # numpy, optuna
 
     workload, concurrency, default_slo, story = workload_template(request.workload)
@@ -154,9 +159,8 @@ def space_text(
     name = request.name or space_name(model, gpu, request.workload)
     slos = list(request.slos) or [default_slo]
     lines = _header(request, model, gpu, host, version, version_source, plan)
+    lines += [f"name: {name}", *_engine_lines(request, version)]
     lines += [
-        f"name: {name}",
-        f'engine: {{name: sglang, version: "{version}"}}',
         f"model_path: {_scalar(model.model_path)}",
         "fixed_flags:",
         "  enable_metrics: true  # sglang's /metrics: queue and cache figures in the trial logs",
@@ -165,7 +169,8 @@ def space_text(
         lines.append(f"  tp_size: {gpu.count}  # tensor parallelism: each server spans {gpu.label}")
     if len(dtypes) == 1 and dtypes[0] != "auto":
         lines.append(f"  kv_cache_dtype: {dtypes[0]}  # as given to init: the KV pool's dtype")
-    lines += _sim_lines(model, gpu)
+    if request.engine == "sim":
+        lines += _sim_lines(model, gpu, sim_gpu_file)
     lines += ["", "params:"]
     for param in plan.params:
         lines += [f"  # {part}" for part in textwrap.wrap(" ".join(param.why), 94)]
@@ -224,10 +229,36 @@ def _header(
     return [f"# {part}".rstrip() for line in lines for part in textwrap.wrap(line, 96) or [""]]
 
 
-def _sim_lines(model: ModelFacts, gpu: GpuFacts) -> list[str]:
+def _engine_lines(request: InitRequest, version: str) -> list[str]:
+    """The `engine:` mapping and what it means: real sglang unless the simulator was asked for."""
+    if request.engine == "sim":
+        comment = (
+            "Where the trials run: the simulated server (server: simulated), which speaks "
+            f"sglang {version}'s flags; `tuner optimize --engine sglang` runs real sglang instead."
+        )
+        engine = f'{{name: sglang, version: "{version}", server: simulated}}'
+    else:
+        python = f", python: {_scalar(request.engine_python)}" if request.engine_python else ""
+        started = (
+            f", started with {request.engine_python}"
+            if request.engine_python
+            else " in the Python that runs the tuner (add python: PATH for another)"
+        )
+        comment = (
+            f"Where the trials run: real sglang {version} (server: real){started}. The simulator "
+            "is asked for, never assumed: `tuner init --engine sim` writes a space for it."
+        )
+        engine = f'{{name: sglang, version: "{version}", server: real{python}}}'
+    return [*(f"# {part}" for part in textwrap.wrap(comment, 96)), f"engine: {engine}"]
+
+
+def _sim_lines(model: ModelFacts, gpu: GpuFacts, gpu_file: Path | None) -> list[str]:
     hardware = gpu.sim_hardware
     parts = [f"hardware: {hardware}"] if hardware else []
     what = [f"the {hardware} hardware profile" if hardware else "its default hardware profile"]
+    if gpu_file is not None:
+        parts.append(f"profile_overrides: {_scalar(str(gpu_file.resolve()))}")
+        what = [f"its default hardware profile with {gpu.spec.name}'s figures ({gpu_file.name})"]
     profile = _sim_model_profile(model)
     if profile:
         parts.append(f"model: {profile}")
@@ -238,23 +269,28 @@ def _sim_lines(model: ModelFacts, gpu: GpuFacts) -> list[str]:
         parts.append(f"model: {_scalar(str(model.config_dir))}")
         what.append("a model built from the cached config.json")
     parts.append(f"time_scale: {DEFAULT_TIME_SCALE}")
-    comment = (
-        f"Simulator only (--engine sim): {' and '.join(what)}, {DEFAULT_TIME_SCALE}x real time."
-    ) + ("" if hardware else _sim_default(gpu))
+    comment = f"The simulator's settings: {' and '.join(what)}, {DEFAULT_TIME_SCALE}x real time."
     return [*(f"# {part}" for part in textwrap.wrap(comment, 96)), f"sim: {{{', '.join(parts)}}}"]
 
 
-def _sim_default(gpu: GpuFacts) -> str:
-    """The simulator's default hardware, said as not this GPU: a study on it measures that GPU
-    (a KV pool twice an A40's never fills, and the memory fraction stops mattering)."""
-    default = simulator_default()
-    if default is None:
-        return ""
-    name, memory_gb = default
-    return (
-        f" It has no profile for {gpu.spec.name}: a study on it measures its default, {name} "
-        f"with {memory_gb:.0f} GB, not this GPU."
-    )
+def sim_gpu_overrides(gpu: GpuFacts, host: HostFacts) -> dict[str, Any]:
+    """The simulator's hardware values for a GPU it has no profile for (`--sim-profile-overrides`):
+    the GPU's memory, bandwidth, bf16 peak and host link from the spec table, so that a study on
+    it is priced and modelled on this GPU, not on the simulator's default one. The modelling
+    assumptions (efficiencies, step overheads) stay the default profile's."""
+    spec = gpu.spec
+    hardware: dict[str, Any] = {
+        "name": re.sub(r"[^a-z0-9]+", "-", spec.name.lower()).strip("-"),
+        # The simulator reports the text before the first comma as the GPU's NVML name.
+        "description": f"{spec.name}, figures from tuner init's GPU table",
+        "gpu_memory_gib": round(gpu.memory_gb * GB / 2**30, 2),
+        "hbm_bandwidth_gb_s": spec.bandwidth_gb_s,
+        "bf16_tflops": spec.bf16_tflops,
+        "pcie_gb_s": spec.host_link_gb_s,
+    }
+    if host.ram_gb is not None:
+        hardware["host_ram_gib"] = round(host.ram_gb * GB / 2**30, 1)
+    return {"hardware": hardware}
 
 
 def _sim_model_profile(model: ModelFacts) -> str | None:

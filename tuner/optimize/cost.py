@@ -23,18 +23,29 @@ The model, stated in what it prints:
   ranks share its cores) and no estimate (tuner/predict/ models GPUs): the rough rule;
 - the simulator: each trial's benchmark runs at most `time_scale` times faster than the
   modelled GPU, plus about 2 s to start a simulator process (a lower bound on the wall time).
+
+Once a study on real sglang has launched servers, its own figures replace the model: a launch
+costs the median launch this study measured (on a loaded 2-core host real launches of the tiny
+model took 53-94 s where the model said ~20 s), a benchmark the median of its whole benchmarks.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import optuna
 
 from tuner.bench import WorkloadSpec
 from tuner.engines.model_config import ModelMemory
+from tuner.errors import UserError
 from tuner.predict.estimate import Estimator
 from tuner.predict.gpu_specs import gpu_spec
+from tuner.results import record
 from tuner.results.goals import is_capacity
+from tuner.results.storage import open_storage
 from tuner.space.model import SearchSpace
 from tuner.study.run import Run
 
@@ -58,6 +69,8 @@ class StudyCost:
     time_scale: float | None  # the simulator's; None on sglang
     speculative: bool = False  # the space can turn speculation on
     on_cpu: bool = False  # the space fixes `device: cpu`: no GPU, no graph capture
+    measured_launches: int = 0  # launch_s is the median of this many measured launches
+    measured_benches: int = 0  # bench_s is the median of this many measured benchmarks
 
     @property
     def gpu_hours(self) -> float:
@@ -96,11 +109,16 @@ class StudyCost:
                 else ""
             )
         gpus = self.gpus_per_server > 1 and not self.on_cpu
+        launch_rule = f"{PROCESS_START_S:g} s start + {weights}" + graphs
+        if self.measured_launches:
+            launch_rule = _measured(self.measured_launches, "launch", "launches")
+        bench_rule = self.bench_rule
+        if self.measured_benches:
+            bench_rule = _measured(self.measured_benches, "whole benchmark", "whole benchmarks")
         out = [
             f"cost: {self.launches} launches{resumed}; skipped proposals launch nothing",
-            f"  launch   ~{_duration(self.launch_s)} each: {PROCESS_START_S:g} s start + {weights}"
-            + graphs,
-            f"  bench    ~{_duration(self.bench_s)} per trial: {self.bench_rule}",
+            f"  launch   ~{_duration(self.launch_s)} each: {launch_rule}",
+            f"  bench    ~{_duration(self.bench_s)} per trial: {bench_rule}",
             f"  total    ~{self.gpu_hours:.2f} {self.hours_unit}"
             + (f" ({self.gpus_per_server} GPUs per server)" if gpus else "")
             + "; less when the stage pruner stops a trial early",
@@ -114,8 +132,43 @@ class StudyCost:
         return out
 
 
-def study_cost(run: Run, done: int = 0) -> StudyCost:
-    """What the rest of the study will cost; `done`: launches a resumed study already holds."""
+@dataclass(frozen=True)
+class MeasuredTimes:
+    """What a study's launched trials took on this host (their TIMINGS), in seconds."""
+
+    launch_s: tuple[float, ...] = ()  # every launch, the failed ones too: they cost as much
+    bench_s: tuple[float, ...] = ()  # the whole benchmarks (trials that completed)
+
+    @classmethod
+    def of(cls, trials: Sequence[optuna.trial.FrozenTrial]) -> MeasuredTimes:
+        launches, benches = [], []
+        for t in trials:
+            timings = t.user_attrs.get(record.TIMINGS) or {}
+            launch, bench = timings.get("launch_s"), timings.get("bench_s")
+            if isinstance(launch, int | float) and launch > 0:
+                launches.append(float(launch))
+            complete = t.state == optuna.trial.TrialState.COMPLETE
+            if complete and isinstance(bench, int | float) and bench > 0:
+                benches.append(float(bench))
+        return cls(tuple(launches), tuple(benches))
+
+
+def measured_times(run: Run) -> MeasuredTimes:
+    """The launch and benchmark times the run's study holds; none when there is no study."""
+    name, options = run.study_name, run.options
+    try:
+        storage = open_storage(options.storage, name, options.studies_dir)
+        study = optuna.load_study(study_name=name, storage=storage)
+    except (UserError, KeyError):
+        return MeasuredTimes()
+    return MeasuredTimes.of(study.get_trials(deepcopy=False))
+
+
+def study_cost(run: Run, done: int = 0, measured: MeasuredTimes | None = None) -> StudyCost:
+    """What the rest of the study will cost; `done`: launches a resumed study already holds.
+
+    On real sglang a resumed study's own launch and benchmark times (`measured`, read from its
+    storage when not given) replace the model; the simulator's say nothing of a GPU."""
     space, options, model = run.space, run.options, run.host.model
     launches = max(options.trials - done, 0)
     weights_gb = None if model is None else (model.weight_bytes + model.draft_bytes) / 1e9
@@ -132,6 +185,13 @@ def study_cost(run: Run, done: int = 0) -> StudyCost:
     time_scale = None
     if options.engine == "sim":
         time_scale = float(options.time_scale or space.sim.get("time_scale") or 1.0)
+        measured = MeasuredTimes()
+    elif measured is None:
+        measured = measured_times(run) if done else MeasuredTimes()
+    if measured.launch_s:
+        launch_s = statistics.median(measured.launch_s)
+    if measured.bench_s:
+        bench_s = statistics.median(measured.bench_s)
     return StudyCost(
         launches,
         done,
@@ -143,6 +203,8 @@ def study_cost(run: Run, done: int = 0) -> StudyCost:
         time_scale,
         speculative,
         on_cpu,
+        len(measured.launch_s),
+        len(measured.bench_s),
     )
 
 
@@ -199,6 +261,12 @@ def capacity_seconds(space: SearchSpace, closed_s: float, rule: str) -> tuple[fl
         f"a rate search of ~{CAPACITY_STEP_RUNS:g} runs of {spec.num_requests} requests, "
         f"each >= {one:.0f} s (arrivals at {start:g} req/s, or {rule})"
     )
+
+
+def _measured(count: int, one: str, many: str) -> str:
+    if count == 1:
+        return f"the one {one} this study measured"
+    return f"the median of the {count} {many} this study measured"
 
 
 def _duration(seconds: float) -> str:

@@ -58,8 +58,10 @@ class OptimizeDisplay:
         throughput: str,
         latency: str,
         slos: tuple[Slo, ...] = (),
+        engine: str | None = None,
     ) -> None:
         self.console = console
+        self.engine = engine  # what serves the trials, the panel's first line
         self.total = total
         self.throughput_name = throughput
         self.latency_name = latency
@@ -183,7 +185,8 @@ class OptimizeDisplay:
             f"  repeated {self.counts['repeated']}"
             f"  elapsed {elapsed:.0f}s  remaining ~{eta}",
         )
-        parts: list[Any] = [head]
+        parts: list[Any] = [Text(f"engine: {self.engine}")] if self.engine else []
+        parts.append(head)
         if self.stopped:
             parts.append(Text(self.stopped, style="green"))
         for number, trial in sorted(self.current.items()):

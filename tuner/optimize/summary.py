@@ -31,8 +31,12 @@ def print_summary(
     space: SearchSpace,
     studies_dir: Path,
     saved: StudyCost | None = None,
+    engine: str | None = None,
 ) -> None:
-    """`saved`: what the trials the stop rule left unrun would have cost (optimize/cost.py)."""
+    """`saved`: what the trials the stop rule left unrun would have cost (optimize/cost.py);
+    `engine`: what served the trials (tuner/results/engine_label.py), the first line."""
+    if engine:
+        console.print(f"engine: {engine}", markup=False, highlight=False, soft_wrap=True)
     counts = ", ".join(f"{n} {state.lower()}" for state, n in sorted(summary.counts.items()))
     console.print(f"study [bold]{summary.study_name}[/bold]: {counts or 'no trials'}")
     if summary.stopped_because:
@@ -149,7 +153,10 @@ def _best_capacity(summary: StudySummary, space: SearchSpace) -> str:
 def stopped_line(summary: StudySummary, saved: StudyCost | None) -> str:
     """Why the study ended before --trials, what that saved, and how to go on."""
     left = max(summary.budget - summary.launched, 0)
-    hours = f", ~{saved.gpu_hours:.2f} {saved.hours_unit} (modelled)" if saved is not None else ""
+    hours = ""
+    if saved is not None:
+        how = "at this study's measured times" if saved.measured_launches else "modelled"
+        hours = f", ~{saved.gpu_hours:.2f} {saved.hours_unit} ({how})"
     return (
         f"done after {summary.launched} of {summary.budget} trials: {summary.stopped_because}. "
         f"Saved {left} launches{hours}. To run them anyway, the same command with --min-gain 0 "
@@ -179,6 +186,9 @@ def _nothing_to_export(summary: StudySummary, studies_dir: Path) -> str:
     try:
         pick_trial(trials, meta, Pick.KNEE)
     except NoCandidate as exc:
+        if summary.interrupted:
+            # The study did not end: resuming it (said next) is the advice, not more trials.
+            return exc.problem
         return exc.command(_export_prefix(summary, studies_dir))
     return "no feasible completed trial yet"
 

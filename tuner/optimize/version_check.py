@@ -33,9 +33,9 @@ def check_installed_sglang(
     if installed is None:
         where = f"for {python}" if python else "here"
         raise UserError(
-            f"--engine sglang: sglang is not installed {where}; on a GPU host run "
+            f"real sglang: sglang is not installed {where}; on a GPU host run "
             "pip install -e '.[sglang]', on a CPU tools/install_real_sglang.sh with "
-            "--engine-python, or drop --engine to use the simulator"
+            "--engine-python, or --engine sim for the simulator"
         )
     if _base(installed) == _base(space.engine_version):
         return

@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 from optuna.storages import BaseStorage
 
 from tuner import __version__
+from tuner.results.engine_label import engine_label
 from tuner.results.figures import (
     history_figure,
     importance_figure,
@@ -226,8 +227,7 @@ def render_page(
             "its performance model, not from a GPU. Re-measure the chosen configuration on the "
             "real hardware before relying on it.</p>"
         )
-    engine = str(meta.engine or "unknown")
-    version = str(meta.sglang_version or "version unknown")
+    engine = engine_label(meta.engine, meta.sglang_version, meta.engine_python)
     latency, throughput = metric_label(meta.latency.metric), metric_label(meta.throughput.metric)
     generated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!doctype html>
@@ -240,7 +240,7 @@ def render_page(
 </head>
 <body>
 <h1>Tuning report: study <code>{e(meta.name)}</code></h1>
-<p class="meta">Engine: {e(engine)} · sglang {e(version)} · objectives: {e(objectives)}
+<p class="meta">Engine: {e(engine)} · objectives: {e(objectives)}
 · SLOs: {e(slos)} · {len(trials)} trials: {e(counts_text or "none")}</p>
 <p class="verdict verdict-{e(analysis.verdict.kind)}" id="verdict">{e(analysis.verdict.text)}</p>
 {sim_note}

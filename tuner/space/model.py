@@ -29,6 +29,8 @@ from pydantic import (
 from tuner.results.goals import DEFAULT_OBJECTIVES, MAXIMIZE, MINIMIZE, Slo
 from tuner.space.derive import evaluate, expression_names
 
+REAL_SERVER: Literal["real"] = "real"  # engine.server
+SIMULATED_SERVER: Literal["simulated"] = "simulated"
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 Scalar = StrictBool | StrictInt | StrictFloat | StrictStr | None
 Number = StrictInt | StrictFloat
@@ -78,8 +80,12 @@ class BenchSettings(BaseModel):
 
 
 class EngineSpec(BaseModel):
-    """Which sglang the space is written for, and how `--engine sglang` runs it.
+    """Which sglang the space is written for, and which server runs its trials.
 
+    name and version: the release whose flag names the space uses (the simulator speaks them
+    too). server: `real` runs sglang itself; `simulated` the tuner's simulated server (`--engine`
+    overrides it). A space that does not say runs real sglang: a study measures the simulator
+    only when asked, so a space written for a GPU never tunes a model of one by mistake.
     python: the interpreter that runs `-m sglang.launch_server` (None: the tuner's own; `~` and
     $VARS are expanded), e.g. a CPU install made by tools/install_real_sglang.sh.
     env: environment variables the server gets on top of the tuner's (e.g. sglang's CPU mode,
@@ -90,6 +96,7 @@ class EngineSpec(BaseModel):
 
     name: Literal["sglang"] = "sglang"
     version: StrictStr = "0.5.23"
+    server: Literal["real", "simulated"] = REAL_SERVER
     python: StrictStr | None = None
     env: dict[str, str] = Field(default_factory=dict)
 
@@ -208,7 +215,7 @@ class SearchSpace(BaseModel):
         """A plain, YAML/JSON-ready dict that `SearchSpace.from_dict` reads back."""
         return {
             "name": self.name,
-            "engine": self.engine.model_dump(),
+            "engine": _engine_dict(self.engine),
             "model_path": self.model_path,
             "fixed_flags": dict(self.fixed_flags),
             "sim": dict(self.sim),
@@ -218,6 +225,15 @@ class SearchSpace(BaseModel):
             "objectives": self.objectives.model_dump(),
             "slos": [str(slo) for slo in self.slos],
         } | ({"capacity": self.capacity} if self.capacity is not None else {})
+
+
+def _engine_dict(engine: EngineSpec) -> dict[str, Any]:
+    # A study stores its space and refuses to resume with another: a space that runs real
+    # sglang, the default, is stored as it was before `server` existed.
+    data = engine.model_dump()
+    if engine.server == REAL_SERVER:
+        del data["server"]
+    return data
 
 
 def active_values(

@@ -24,7 +24,7 @@ class StudyOptions:
     space_path: Path | None = None
     study_name: str | None = None
     storage: str | None = None
-    engine: str = "sim"
+    engine: str | None = None  # sim or sglang; None: where the space says (engine.server)
     # --engine sglang only: the interpreter that runs sglang and extra environment variables
     # for the server (over the space's engine.python / engine.env); None / {}: the space's.
     engine_python: str | None = None
@@ -82,7 +82,7 @@ def check_options(options: StudyOptions) -> None:
         raise UserError(
             f"--sampler {options.sampler!r} is not a sampler: choose one of {', '.join(SAMPLERS)}"
         )
-    if options.engine not in ENGINES:
+    if options.engine is not None and options.engine not in ENGINES:
         raise UserError(
             f"--engine {options.engine!r} is not an engine: choose sim (the simulator) or sglang"
         )
@@ -103,10 +103,10 @@ def check_options(options: StudyOptions) -> None:
             f"--min-gain {options.min_gain:g}: give a share from 0 (off: run every trial) to "
             "below 1, e.g. 0.01 to stop when the rest is unlikely to gain 1%"
         )
-    if options.engine != "sglang" and (options.engine_python or options.engine_env):
+    if options.engine == "sim" and (options.engine_python or options.engine_env):
         given = "--engine-python" if options.engine_python else "--engine-env"
         raise UserError(f"{given} applies to --engine sglang only: drop it, or add --engine sglang")
-    if options.time_scale is not None and options.engine != "sim":
+    if options.time_scale is not None and options.engine == "sglang":
         raise UserError(
             f"--time-scale {options.time_scale} applies to the simulator only: drop it, "
             "or use --engine sim"

@@ -4,6 +4,7 @@
     run.space          # loaded and validated, relative bounds and `capacity` resolved
     run.target         # which program serves each trial (sglang or the simulator) and how
     run.host           # GPU name and memory, the model's memory needs (tuner/host.py)
+    run.options.engine # "sim" or "sglang": --engine, else the space's engine.server
 
 The space file is parsed once and the host asked once per process; every layer below gets these
 facts, never the options they came from. Worker processes receive the resolved run itself
@@ -23,9 +24,11 @@ from tuner.errors import UserError
 from tuner.host import HostFacts, read_host_facts
 from tuner.launcher import LaunchTarget
 from tuner.predict.capacity_bound import running_capacity
+from tuner.results.engine_label import engine_label
 from tuner.results.goals import goal_defaults, goal_named
 from tuner.space.load import default_space_path, read_space_file
-from tuner.space.model import SearchSpace
+from tuner.space.model import SIMULATED_SERVER, SearchSpace
+from tuner.space.model_path import model_path_problem
 from tuner.study.options import StudyOptions, check_options
 
 
@@ -42,6 +45,12 @@ class Run:
     @property
     def study_name(self) -> str:
         return self.options.study_name or self.space.name
+
+    @property
+    def engine_label(self) -> str:
+        """ "real sglang 0.5.23 (python ...)" or "simulated sglang 0.5.23": what serves trials."""
+        python = self.target.python if self.options.engine == "sglang" else None
+        return engine_label(self.options.engine, self.space.engine_version, python)
 
     def for_worker(self, gpus: str | None, seed: int | None) -> Run:
         """The same run on another GPU group, with another seed (tuner/study/workers.py)."""
@@ -60,9 +69,12 @@ def resolve_run(options: StudyOptions) -> Run:
     goal = goal_defaults(goal_named(options.goal), source.data)
     space = source.build(**goal)
     space, options = tensor_parallel(space, options)
+    options = with_engine(space, options, path)
+    if options.engine == "sglang" and (problem := model_path_problem(space.model_path)):
+        raise UserError(f"{path}: {problem}")  # before a launch that could only fail
     target = launch_target(space, options)
     host = read_host_facts(
-        options.engine,
+        run_engine(space, options),
         target.module,
         target.extra_args,
         space.model_path,
@@ -73,6 +85,33 @@ def resolve_run(options: StudyOptions) -> Run:
         capacity = running_capacity(space, host.model, host.gpu_memory_gb)
         space = source.build(**goal, capacity=capacity)
     return Run(options=options, space=space, space_path=Path(path), target=target, host=host)
+
+
+def run_engine(space: SearchSpace, options: StudyOptions) -> str:
+    """ "sim" or "sglang": `--engine` when given, else where the space says it runs."""
+    if options.engine is not None:
+        return options.engine
+    return "sim" if space.engine.server == SIMULATED_SERVER else "sglang"
+
+
+def with_engine(space: SearchSpace, options: StudyOptions, path: str | Path) -> StudyOptions:
+    """The options with the engine the space decides when `--engine` was not given, and the
+    engine-only options checked against it (a UserError names the space's setting)."""
+    if options.engine is not None:
+        return options
+    engine = run_engine(space, options)
+    given = "--engine-python" if options.engine_python else "--engine-env"
+    if engine == "sim" and (options.engine_python or options.engine_env):
+        raise UserError(
+            f"{given} applies to --engine sglang only, and {path} runs on the simulator "
+            "(engine.server: simulated): add --engine sglang, or drop it"
+        )
+    if engine == "sglang" and options.time_scale is not None:
+        raise UserError(
+            f"--time-scale applies to the simulator only, and {path} runs real sglang "
+            "(engine.server: real, the default): add --engine sim, or drop it"
+        )
+    return replace(options, engine=engine)
 
 
 def tensor_parallel(space: SearchSpace, options: StudyOptions) -> tuple[SearchSpace, StudyOptions]:
@@ -95,7 +134,7 @@ def tensor_parallel(space: SearchSpace, options: StudyOptions) -> tuple[SearchSp
 def launch_target(space: SearchSpace, options: StudyOptions) -> LaunchTarget:
     """The program that serves the trials, with the simulator's options from the space's `sim:`."""
     api_key = os.environ.get("SGLANG_API_KEY") or None
-    if options.engine == "sglang":
+    if run_engine(space, options) == "sglang":
         return LaunchTarget(
             module=engine.LAUNCH_MODULE,
             gpus=options.gpus,
