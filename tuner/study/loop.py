@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -32,7 +33,7 @@ from optuna.trial import TrialState
 from tuner.engines.model_config import ModelMemory
 from tuner.errors import UserError
 from tuner.results import record
-from tuner.results.goals import MAXIMIZE, MINIMIZE, goal_named, steadiest
+from tuner.results.goals import MAXIMIZE, MINIMIZE, goal_named, is_capacity, steadiest
 from tuner.results.pareto import Point, pareto_front
 from tuner.results.storage import describe_storage, open_storage, storage_file
 from tuner.results.study_lock import LOCK_SUFFIX, StudyLock, ensure_writable_file
@@ -68,6 +69,19 @@ def quiet_optuna() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
+def metric_name(metric: str) -> str:
+    """An objective's name with its unit, as optuna-dashboard shows it: "median_tpot_ms (ms)"."""
+    if metric.endswith("_ms"):
+        unit = "ms"
+    elif is_capacity(metric):
+        unit = "req/s"
+    elif metric.endswith("_throughput"):
+        unit = "tok/s"
+    else:
+        return metric
+    return f"{metric} ({unit})"
+
+
 def ensure_study_attrs(study: optuna.Study, run: Run) -> None:
     """Write the run's space, engine, objectives and SLOs into a new study; refuse a study
     created with another space (its trials would be compared with the wrong configurations)."""
@@ -89,6 +103,11 @@ def ensure_study_attrs(study: optuna.Study, run: Run) -> None:
             record.STUDY_SLOS,
             [{"metric": s.metric, "op": s.op, "limit": s.limit} for s in space.slos],
         )
+        # optuna-dashboard labels the objectives "Objective 0/1" unless the study names them.
+        objectives = (space.objectives.throughput, space.objectives.latency)
+        with warnings.catch_warnings():  # experimental since Optuna 3.2, and stable in use
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([metric_name(m) for m in objectives])
     elif attrs.get(record.STUDY_SPACE) != space.to_dict():
         raise UserError(
             f"study {study.study_name!r} was created with a different search space "
