@@ -73,6 +73,7 @@ def trace(case: Case) -> list[dict[str, Any]]:
         {
             "number": t.number,
             "guided_by": t.guided_by,
+            "guided_from": t.guided_from,
             "outcome": t.outcome,
             "params": t.params,
         }

@@ -42,9 +42,11 @@ from tuner.study.baseline import Baseline, default_trial_params
 from tuner.study.budget import FINISHED, SkipLimit, counts, measured_count, summary_counts
 from tuner.study.guide import Guide, GuideSettings, make_guide
 from tuner.study.options import StudyOptions, StudySummary
+from tuner.study.policy import DEFAULTS, RETRY, SAMPLER
 from tuner.study.recovery import OwnerHeartbeat, owner_tag, recover_abandoned, trial_owner
 from tuner.study.run import Run
 from tuner.study.sampler import grid_points_left, make_sampler
+from tuner.study.standing import within_slos
 from tuner.study.stopping import Measure, StopDecision, Stopping, StopRule
 from tuner.study.storage import (
     SignalSafeStorage,
@@ -128,7 +130,8 @@ def queue_baseline_and_retries(study: optuna.Study, baseline: Baseline | None = 
     trials = study.get_trials(deepcopy=False)
     if not any(t.user_attrs.get(record.IS_DEFAULT) for t in trials):
         # sglang's defaults, no tuned flag: every result is compared with it.
-        study.enqueue_trial(baseline() if baseline else {}, user_attrs={record.IS_DEFAULT: True})
+        first = {record.IS_DEFAULT: True, record.GUIDED_BY: DEFAULTS}
+        study.enqueue_trial(baseline() if baseline else {}, user_attrs=first)
     retried = {t.user_attrs.get(record.RETRY_OF) for t in trials}
     for t in trials:
         if (
@@ -136,7 +139,7 @@ def queue_baseline_and_retries(study: optuna.Study, baseline: Baseline | None = 
             and t.user_attrs.get(record.INTERRUPTED)
             and t.number not in retried
         ):
-            attrs: dict[str, Any] = {record.RETRY_OF: t.number}
+            attrs: dict[str, Any] = {record.RETRY_OF: t.number, record.GUIDED_BY: RETRY}
             if t.user_attrs.get(record.IS_DEFAULT):
                 attrs[record.IS_DEFAULT] = True
             study.enqueue_trial(t.params, user_attrs=attrs, skip_if_exists=False)
@@ -331,6 +334,8 @@ def run_trials(
                 if guide is not None:
                     guide.before_ask(study)  # may queue a trial of its own (guide.py)
                 trial = study.ask()
+                if record.GUIDED_BY not in trial.user_attrs:  # no rule queued it: a draw
+                    trial.set_user_attr(record.GUIDED_BY, SAMPLER)
                 if _over_budget(study, trial.number, total):
                     # Another worker asked at the same moment; the later trial number steps back.
                     trial.set_user_attr(record.SURPLUS, True)
@@ -460,9 +465,7 @@ def summarize(
 ) -> StudySummary:
     trials = study.get_trials(deepcopy=False)
     counts = summary_counts(trials)  # by state, skips and repeats apart (budget.py)
-    feasible = [
-        t for t in trials if t.state == TrialState.COMPLETE and record.feasible(t.constraints)
-    ]
+    feasible = [t for t in trials if within_slos(t)]
     front = pareto_front([Point(t.number, tuple(t.values)) for t in feasible], (MAXIMIZE, MINIMIZE))
     on_front = {p.key for p in front}
     pareto = sorted((t for t in feasible if t.number in on_front), key=lambda t: -t.values[0])
