@@ -24,6 +24,9 @@ Trial user attrs:
                   --host/--port/--api-key (the export adds those from the environment)
     FLAGS         {flag name without dashes, e.g. "mem_fraction_static": value}, tuned + fixed
     IS_DEFAULT    True for the baseline trial that runs sglang's defaults
+    GUIDED_BY     the name of the rule that proposed the trial ("defaults", "estimate",
+                  "polish:window", "sampler", ...: tuner/study/policy.py RULES)
+    GUIDED_FROM   the number of the trial that rule moved from, when it moved from one
     OUTCOME       one of OUTCOMES
     FAILURE_CLASS one of FAILURE_CLASSES or None
     FAILURE_MSG   one line, the error the server or the checks gave
