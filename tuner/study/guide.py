@@ -3,7 +3,7 @@
     guide = Guide(space, estimator, seed=0)       # estimator None: polish only
     run_trials(study, objective, 40, guide=guide)
 
-- **Warm start** (needs an `Estimator`, tuner/predict/estimate.py): the `warm_start` trials after
+- **Warm start** (needs an `Estimator`, tuner/predict/estimate.py): the 4 trials after
   sglang's defaults are the estimate's best configurations not yet tried, each chosen after the
   estimate was refitted to everything measured so far (bandwidth fraction, prefill cost,
   speculative acceptance, prefix reuse, and a correction per categorical value). The best is
@@ -25,7 +25,8 @@
 
 A guided trial is an ordinary queued trial (`study.enqueue_trial`): it is checked, skipped, or
 launched and measured as any other, and counts against the budget the same way. Its user attr
-`guided_by` says which rule chose it.
+`guided_by` names the rule that chose it, and `guided_from` the trial it moved from: the rules
+and their order are the table of tuner/study/policy.py.
 """
 
 from __future__ import annotations

@@ -66,6 +66,8 @@ of a trial that measured more than the best comes before the extension of the la
 Without any estimate it uses what the study measured and nothing else, so it works the same for
 a GPU missing from the spec table; with one (`rank`), moves of one level are ordered by it.
 Everything is recomputed from the trials, so resumed studies and several workers agree.
+Each kind of proposal is a rule of the search's table (tuner/study/policy.py: its name, its
+priority level); after `propose`, `proposed_by` names the chosen one's rule and base trial.
 
 This module ranks and proposes; its parts live beside it: the moves and the params they make
 (tuner/study/moves.py), how a finished trial stands (tuner/study/standing.py), the window, edge
