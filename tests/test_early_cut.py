@@ -30,7 +30,7 @@ def _cut_study(variant: str):
     # The sampler draws the trials the guide leaves (model_share 0, as with a `--sampler` other
     # than the default): its draws are what the front cut acts on, while the corrected
     # estimate's picks seldom fall that far behind the front.
-    method = dataclasses.replace(methods["default"], guide=(("model_share", 0.0),))
+    method = dataclasses.replace(methods["default"], model=False)
     row, seen = early_cut.run_variant(method, variant, 0, space, oracle, noise)
     return space, oracle, row, seen
 
@@ -94,25 +94,3 @@ def test_trials_cut_for_an_slo_would_have_broken_it_noise_free(slo_cut_study):
         # The whole run, noise-free, breaks an SLO: the cut lost no feasible configuration.
         full = oracle.of_args(list(t.user_attrs[record.SERVER_ARGS]))
         assert full.launch_ok and not full.feasible, (t.number, full)
-
-
-def test_trials_cut_for_an_slo_record_the_violations_their_full_run_would_likely_end_at(
-    slo_cut_study,
-):
-    """A cut trial records each SLO's violation its full run would likely have ended at (its
-    stage's load times the median factor of the completed trials' full runs): the local search
-    ranks it by them (tuner/study/standing.py). On the seed space, whose first stages already
-    measure about what full runs do, they stay near the stage's own and the full run's."""
-    space, oracle, _row, seen = slo_cut_study
-    trials = seen.study.get_trials(deepcopy=False)
-    cut = _cut_by(trials, record.CUT_SLO, "cannot meet SLO")
-    names = [f"slo:{slo.metric}" for slo in space.slos]
-    for t in cut:
-        expected = t.user_attrs[record.PRUNED]["expected"]
-        assert sorted(expected) == sorted(names) and any(v > 0 for v in expected.values())
-        measured = record.trial_constraints(t)
-        full = oracle.of_args(list(t.user_attrs[record.SERVER_ARGS]))
-        for slo, name, value in zip(space.slos, names, full.slo_values, strict=True):
-            truth = slo.violation(value)
-            assert expected[name] != measured[name]
-            assert abs(expected[name] - truth) < 0.3 * (1 + truth), (t.number, name)

@@ -13,7 +13,7 @@ from tuner.predict.estimate import Calibration, Estimator, Observation
 from tuner.predict.gpu_specs import gpu_spec
 from tuner.predict.workload_shape import WorkloadShape
 from tuner.space.load import load_space
-from tuner.study.guide import Guide, GuideConfig, random_params
+from tuner.study.guide import Guide, random_params
 
 # Qwen3-8B-like shape: 16.4 GB of bf16 weights, 36 layers x 8 KV heads x 128 x 2 x 2 bytes.
 MODEL = ModelMemory(weight_bytes=16.4e9, kv_bytes_per_token=36 * 8 * 128 * 2 * 2)
@@ -161,10 +161,13 @@ def test_hit_rates_that_fall_with_the_spare_state_slots_fit_a_state_limit_hicach
     assert same.calibration.state_need == 0.0
 
 
-def test_the_guide_finds_the_estimates_corner_that_random_candidates_miss():
+def test_the_guide_finds_the_estimates_corner_that_random_candidates_miss(monkeypatch):
+    from tuner.study import guide as guide_module
+
+    monkeypatch.setattr(guide_module, "_CANDIDATES", 20)
     est = _estimator()
     space = est.space
-    guide = Guide(space, est, GuideConfig(candidates=20), seed=3)
+    guide = Guide(space, est, seed=3)
     pick = guide._best_candidate(set())
     assert pick is not None
     pool = [random_params(space, random.Random(3)) for _ in range(20)]

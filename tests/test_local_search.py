@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import optuna
@@ -14,19 +16,32 @@ from tuner.results import record
 from tuner.results.record import GUIDED_BY
 from tuner.space.load import space_from_dict
 from tuner.space.model import SearchSpace
+from tuner.study import local_search
 from tuner.study.bisection import window_partner
-from tuner.study.guide import Guide, GuideConfig
+from tuner.study.guide import Guide
 from tuner.study.local_search import (
     LocalSearch,
-    LocalSearchConfig,
     _extension,
     _move_effects,
-    _tied,
     _untried_pair,
 )
 from tuner.study.loop import run_trials
 from tuner.study.moves import complete, key, moves
 from tuner.study.standing import by_standing, standing
+
+
+@contextlib.contextmanager
+def constants(**values: object) -> Iterator[None]:
+    """The local search with some of its private constants set otherwise, for one block."""
+    saved = {name: getattr(local_search, name) for name in values}
+    for name, value in values.items():
+        setattr(local_search, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(local_search, name, value)
+
 
 SPACE = {
     "model_path": "m",
@@ -118,10 +133,10 @@ OPTIMUM = 16 * 1.95 * 1.3  # NEXTN at 1 step, every client running, the largest 
 
 def test_without_an_estimate_it_walks_to_the_slo_boundary_and_then_to_the_optimum(space):
     study = _study(seed=0)
-    guide = Guide(space, None, GuideConfig(warm_start=0, polish_from=1), seed=0)
+    guide = Guide(space, None, seed=0)  # no estimate: the polish from trial 1
     run_trials(study, _objective(), 30, guide=guide)
     rules = [t.user_attrs.get(GUIDED_BY) for t in study.trials]
-    assert rules[1] == "polish"  # right after the default trial
+    assert rules[1].startswith("polish:")  # right after the default trial
     assert _best(study) >= 0.95 * OPTIMUM
 
     alone = _study(seed=0)  # the sampler alone, the same seed and budget
@@ -288,7 +303,7 @@ def test_while_no_trial_meets_the_slos_the_estimate_does_not_rank_the_moves(spac
             system_attrs={"constraints": [0.0, 0.4]},
         )
     )
-    guide = Guide(space, _RefutedEstimate(), GuideConfig(polish_from=1), seed=0)  # type: ignore[arg-type]
+    guide = Guide(space, _RefutedEstimate(), seed=0)  # type: ignore[arg-type]
     trials = study.get_trials(deepcopy=False)
     proposal = guide._polish(trials, {key(t.params) for t in trials})
     assert proposal is not None
@@ -309,8 +324,6 @@ def test_between_two_trials_that_break_different_slos_the_number_halfway_comes_f
     tried = {key(t.params) for t in trials}
     proposal = LocalSearch(space, seed=0).propose(trials, tried)
     assert proposal == {**START, "max_running_requests": 8}  # sqrt(4 x 16) on the log range
-    off = LocalSearch(space, LocalSearchConfig(window_level=None), seed=0).propose(trials, tried)
-    assert off != proposal
 
 
 def test_a_trial_that_breaks_the_other_slo_in_other_company_marks_a_window_too():
@@ -334,8 +347,6 @@ def test_a_trial_that_breaks_the_other_slo_in_other_company_marks_a_window_too()
     tried = {key(t.params) for t in trials}
     proposal = LocalSearch(space, seed=0).propose(trials, tried)
     assert proposal == {**best, "max_running_requests": 8}  # sqrt(16 x 4) on the log range
-    narrow = LocalSearchConfig(window_wide=False)
-    assert LocalSearch(space, narrow, seed=0).propose(trials, tried) != proposal
 
 
 def test_where_the_window_meets_no_slo_its_partner_is_tried_with_another_choice():
@@ -369,15 +380,11 @@ def test_where_the_window_meets_no_slo_its_partner_is_tried_with_another_choice(
     assert partner is not None and partner.params["max_running_requests"] == 8
     flipped = {**best, "max_running_requests": 8, "schedule_policy": "fcfs"}
 
-    def first(config: LocalSearchConfig, n: int = 6) -> list[dict]:
-        search, tried, out = LocalSearch(space, config, seed=0), {key(t.params) for t in trials}, []
-        while len(out) < n and (p := search.propose(trials, tried)) is not None:
-            out.append(p)
-            tried.add(key(p))
-        return out
-
-    assert flipped in first(LocalSearchConfig(partner_level=-15.0))
-    assert flipped not in first(LocalSearchConfig(partner_level=None))
+    search, tried, out = LocalSearch(space, seed=0), {key(t.params) for t in trials}, []
+    while len(out) < 6 and (p := search.propose(trials, tried)) is not None:
+        out.append(p)
+        tried.add(key(p))
+    assert flipped in out
 
 
 def test_between_the_best_trial_and_one_past_an_slos_edge_the_number_halfway_comes_first():
@@ -396,8 +403,6 @@ def test_between_the_best_trial_and_one_past_an_slos_edge_the_number_halfway_com
     tried = {key(t.params) for t in trials}
     proposal = LocalSearch(space, seed=0).propose(trials, tried)
     assert proposal == {**START, "max_running_requests": 8}  # sqrt(4 x 16) on the log range
-    off = LocalSearch(space, LocalSearchConfig(edge_level=None), seed=0).propose(trials, tried)
-    assert off != proposal
 
 
 def test_the_stop_rule_is_told_of_an_edge_not_yet_bisected_and_what_it_can_gain():
@@ -425,9 +430,6 @@ def test_the_stop_rule_is_told_of_an_edge_not_yet_bisected_and_what_it_can_gain(
     _measured(study, {**START, "max_running_requests": 9}, 850.0, {"p99_tpot_ms": 0.02})
     _measured(study, {**START, "max_running_requests": 10}, 900.0, {"p99_tpot_ms": 0.05})
     assert edge() is None  # 8 and 9 are adjacent: nothing lies between
-    off = LocalSearch(space, LocalSearchConfig(edge_level=None), seed=0)
-    trials = study.get_trials(deepcopy=False)
-    assert off.edge_move(trials[:2], {key(t.params) for t in trials[:2]}) is None
 
 
 def test_an_edge_is_bisected_from_a_trial_within_the_noise_of_the_best_too():
@@ -446,9 +448,10 @@ def test_an_edge_is_bisected_from_a_trial_within_the_noise_of_the_best_too():
     halfway = {**START, "max_running_requests": 8}
     assert LocalSearch(space, seed=0).propose(trials, tried) == halfway
     assert LocalSearch(space, seed=0).edge_move(trials, tried) == (halfway, 1500.0)
-    alone = LocalSearch(space, LocalSearchConfig(edge_tie=0.0), seed=0)
-    assert alone.edge_move(trials, tried) is None
-    assert alone.propose(trials, tried) != halfway
+    with constants(EDGE_TIE=0.0):
+        alone = LocalSearch(space, seed=0)
+        assert alone.edge_move(trials, tried) is None
+        assert alone.propose(trials, tried) != halfway
     # Beyond the tie (a best 5% above the first trial), the first trial's edge waits.
     _measured(study, {**START, "mem_fraction_static": 0.7}, 420.0, {"p99_tpot_ms": -0.2})
     trials = study.get_trials(deepcopy=False)
@@ -472,24 +475,23 @@ def test_an_edge_is_carried_to_a_tied_trial_with_more_room_under_the_slo():
         )
     )
     carried = {**small, "max_running_requests": 9}
-    on = LocalSearch(space, LocalSearchConfig(carry_tie=0.05), seed=0)
+    on = LocalSearch(space, seed=0)  # the carry tie, 5%
     assert on.edge_move(trials, tried) == (carried, 900.0)
     assert on.propose(trials, tried) == carried
-    assert LocalSearch(space, seed=0).edge_move(trials, tried) == (carried, 900.0)  # default
-    off = LocalSearch(space, LocalSearchConfig(carry_tie=0.0), seed=0)
-    assert off.edge_move(trials, tried) is None and off.propose(trials, tried) != carried
+    with constants(_CARRY_TIE=0.0):
+        off = LocalSearch(space, seed=0)
+        assert off.edge_move(trials, tried) is None and off.propose(trials, tried) != carried
     # Measured past the limit too, it is bisected against the tied trial: sqrt(6 x 9) = 7.
     _measured(study, carried, 905.0, {"p99_tpot_ms": 0.01})
     trials = study.get_trials(deepcopy=False)
     tried = {key(t.params) for t in trials}
     assert on.edge_move(trials, tried) == ({**small, "max_running_requests": 7}, 905.0)
-    assert off.edge_move(trials, tried) is None
+    with constants(_CARRY_TIE=0.0):
+        assert off.edge_move(trials, tried) is None
     # Too far below the best (more than the tie), or no more room under the limit than the
     # best's edge leaves (by the 2% margin): nothing to carry.
-    assert (
-        LocalSearch(space, LocalSearchConfig(carry_tie=0.01), seed=0).edge_move(trials, tried)
-        is None
-    )
+    with constants(_CARRY_TIE=0.01):
+        assert LocalSearch(space, seed=0).edge_move(trials, tried) is None
     study, trials, tried = _tpot_study(
         (
             ({**START, "max_running_requests": 8}, 800.0, -0.05),
@@ -504,7 +506,7 @@ def test_moves_from_the_boundary_trial_need_not_extend_the_move_that_reached_it(
     """The retrieval cell on an H100, seed 4: the boundary trial (54 running, past the TPOT
     limit by the least) was reached from 64 by a lower cap, so its moves went on lower first:
     caps of 1, 7 and 20 below the best trial's 46, in the region the best already rules. With
-    `boundary_extend` off (the default) they do not."""
+    the extension left to the best trial they do not."""
     space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
     high = {**START, "mem_fraction_static": 0.95}
     _study, trials, tried = _tpot_study(
@@ -514,14 +516,9 @@ def test_moves_from_the_boundary_trial_need_not_extend_the_move_that_reached_it(
             ({**high, "max_running_requests": 12}, 1200.0, 0.05),
         )
     )
-    still = LocalSearchConfig(edge_level=None, probe_level=None)  # the default
-    extended = LocalSearch(
-        space, LocalSearchConfig(edge_level=None, probe_level=None, boundary_extend=True), seed=0
-    )
-    first = extended.propose(trials, tried)
-    assert first is not None and first["mem_fraction_static"] == 0.95
-    assert first["max_running_requests"] < 12  # further down from the boundary trial
-    assert LocalSearch(space, still, seed=0).propose(trials, tried) != first
+    first = LocalSearch(space, seed=0).propose(trials, tried)
+    assert first is not None
+    assert not (first["mem_fraction_static"] == 0.95 and first["max_running_requests"] < 12)
 
 
 def test_a_probe_moves_the_best_trial_towards_a_trial_past_the_edge_one_number_at_a_time():
@@ -580,20 +577,20 @@ def test_a_probe_goes_halfway_to_the_nearest_value_past_the_edge():
     memory = {**START, "mem_fraction_static": 0.84}  # halfway to 0.8, nearer than 0.75
     near = LocalSearch(space, seed=0).edge_probes(trials, tried)
     assert near == [({**START, "max_running_requests": 5}, 1500.0), (memory, 1500.0)]
-    far = LocalSearch(space, LocalSearchConfig(probe_nearest=False), seed=0)
-    assert far.edge_probes(trials, tried) == [
+    far = LocalSearch(space, seed=0)._probes(by_standing(trials), tried, nearest=False)
+    assert far == [
         ({**START, "max_running_requests": 8}, 1500.0),
         (memory, 1500.0),
     ]
-    # The polish's own probe (`probe_level`) keeps the trial's value: it steers full studies.
-    polish = LocalSearch(space, LocalSearchConfig(probe_level=-20.0), seed=0)
+    # The polish's own probe keeps the trial's value: it steers full studies.
+    polish = LocalSearch(space, seed=0)
     assert polish.propose(trials, tried) == {**START, "max_running_requests": 8}
 
 
-def test_the_polish_probes_an_edge_no_trial_one_number_away_marks_with_probe_level():
-    """The same probe as the stop rule's, made by the polish as soon as it can (`probe_level`),
-    of the first number whose move the ranking estimate sees; once a trial one number away
-    marks the edge, its bisection goes on instead. Off (None), the polish moves elsewhere."""
+def test_the_polish_probes_an_edge_no_trial_one_number_away_marks():
+    """The same probe as the stop rule's, made by the polish as soon as it can, of the first
+    number whose move the ranking estimate sees; once a trial one number away marks the edge,
+    its bisection goes on instead."""
     space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
     study = optuna.create_study(directions=["maximize", "minimize"])
     _measured(study, START, 400.0, {"p99_tpot_ms": -0.2})
@@ -602,20 +599,17 @@ def test_the_polish_probes_an_edge_no_trial_one_number_away_marks_with_probe_lev
     trials = study.get_trials(deepcopy=False)
     tried = {key(t.params) for t in trials}
     probe = {**START, "max_running_requests": 8}
-    config = LocalSearchConfig(probe_level=-20.0)
-    assert LocalSearch(space, config, seed=0).propose(trials, tried) == probe
-    off = LocalSearchConfig(probe_level=None)
-    assert LocalSearch(space, off, seed=0).propose(trials, tried) != probe
+    assert LocalSearch(space, seed=0).propose(trials, tried) == probe
     # An estimate that reads the memory fraction only: the cap's probe changes nothing it
     # predicts, so the memory fraction's is made.
-    ranked = LocalSearch(space, config, seed=0)
+    ranked = LocalSearch(space, seed=0)
     ranked.rank = lambda params: float(params["mem_fraction_static"])
     assert ranked.propose(trials, tried) == {**START, "mem_fraction_static": 0.84}
     _measured(study, probe, 900.0, {"p99_tpot_ms": 0.1})
     trials = study.get_trials(deepcopy=False)
     tried = {key(t.params) for t in trials}
     edge = {**START, "max_running_requests": 6}  # the bisection between 4 and 8
-    assert LocalSearch(space, config, seed=0).propose(trials, tried) == edge
+    assert LocalSearch(space, seed=0).propose(trials, tried) == edge
 
 
 def test_a_best_trial_within_the_margin_of_a_limit_is_taken_as_past_the_edge():
@@ -633,8 +627,8 @@ def test_a_best_trial_within_the_margin_of_a_limit_is_taken_as_past_the_edge():
     trials = study.get_trials(deepcopy=False)
     tried = {key(t.params) for t in trials}
     above = ({**START, "max_running_requests": 11}, 1500.0)  # sqrt(8 x 16)
-    unsure = LocalSearch(space, LocalSearchConfig(edge_margin=0.0), seed=0)
-    assert unsure.edge_move(trials, tried) == above
+    with constants(_EDGE_MARGIN=0.0):
+        assert LocalSearch(space, seed=0).edge_move(trials, tried) == above
     sure = LocalSearch(space, seed=0)  # the default margin, 0.02
     # between 4 and 8 (halfway to 16 is 8, measured): it can gain what 8 measured
     assert sure.edge_move(trials, tried) == ({**START, "max_running_requests": 6}, 800.0)
@@ -662,7 +656,7 @@ def _cut(study: optuna.Study, running: int, stage: float, tpot: float, rule: str
                 record.OUTCOME: record.OUTCOME_PRUNED,
                 record.METRICS: {"output_throughput": stage},
                 record.CONSTRAINTS: constraints,
-                record.PRUNED: {"stage": 0, "reason": "r", "rule": rule, "up": 2.0},
+                record.PRUNED: {"stage": 0, "reason": "r", "rule": rule},
             },
             system_attrs={"constraints": list(constraints.values())},
         )
@@ -672,50 +666,25 @@ def _cut(study: optuna.Study, running: int, stage: float, tpot: float, rule: str
 def test_a_trial_the_slo_cut_stopped_marks_the_edge_with_its_stage_figures():
     """A cap far past the TPOT limit may be stopped after its first stage (the SLO cut,
     tuner/trial/pruning.py): its stage throughput still marks the edge to bisect. One the
-    dominated or the front cut stopped marks it with `cut_edges`, by the most its full run
-    could have measured: its stage figure, 300 tok/s (a higher cap ramps up later), times the
-    cut's factor 2.0, over the best trial's 400."""
+    dominated or the front cut stopped does not: its stage ran below what a full run would."""
     space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
     cases = (
-        (record.CUT_SLO, 1500.0, False, True),
-        (record.CUT_FRONT, 1500.0, False, False),
-        (record.CUT_DOMINATED, 300.0, False, False),
-        (record.CUT_DOMINATED, 300.0, True, True),
-        (record.CUT_FRONT, 300.0, True, True),
-        (record.CUT_DOMINATED, 150.0, True, False),  # at most 300: nothing to gain
-        (None, 1500.0, True, False),
+        (record.CUT_SLO, 1500.0, True),
+        (record.CUT_FRONT, 1500.0, False),
+        (record.CUT_DOMINATED, 300.0, False),
+        (None, 1500.0, False),
     )
-    for rule, stage, cut_edges, edge in cases:
+    for rule, stage, edge in cases:
         study = optuna.create_study(directions=["maximize", "minimize"])
         _measured(study, {**START, "max_running_requests": 4}, 400.0, {"p99_tpot_ms": -0.2})
         _cut(study, 16, stage, 0.6, rule)
         trials = study.get_trials(deepcopy=False)
         assert record.learned_from(trials[1]) is (rule == record.CUT_SLO)
-        search = LocalSearch(space, LocalSearchConfig(cut_edges=cut_edges), seed=0)
+        search = LocalSearch(space, seed=0)
         tried = {key(t.params) for t in trials}
         proposal = search.propose(trials, tried)
         assert (proposal == {**START, "max_running_requests": 8}) is edge, (rule, stage)
         assert (search.edge_move(trials, tried) is not None) is edge
-
-
-def test_a_cut_trial_past_the_limit_narrows_the_edge_whatever_it_measured():
-    """A held-out retrieval cell on an H100: between a feasible cap and one past the TPOT limit,
-    the halfway cap was stopped after its first stage by the front cut (its stage ran slower
-    than a full run), past the limit there. Its throughput marks no edge, and the bisection
-    ended on it: the halfway of 4 and 16 is 8 again. With `edge_nearer` the edge is bisected
-    against it, the nearest trial past the limit on the line: 6 (sqrt(4 x 8), log range)."""
-    space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
-    study = optuna.create_study(directions=["maximize", "minimize"])
-    _measured(study, {**START, "max_running_requests": 4}, 400.0, {"p99_tpot_ms": -0.2})
-    _measured(study, {**START, "max_running_requests": 16}, 1500.0, {"p99_tpot_ms": 0.3})
-    _cut(study, 8, 300.0, 0.08, record.CUT_FRONT)
-    trials = study.get_trials(deepcopy=False)
-    tried = {key(t.params) for t in trials}
-    on = LocalSearch(space, LocalSearchConfig(edge_nearer=True), seed=0)
-    assert on.edge_move(trials, tried) == ({**START, "max_running_requests": 6}, 1500.0)
-    assert on.propose(trials, tried) == {**START, "max_running_requests": 6}
-    off = LocalSearch(space, LocalSearchConfig(edge_nearer=False), seed=0)
-    assert off.edge_move(trials, tried) is None
 
 
 def test_a_halfway_number_that_switches_a_param_on_proposes_it_too():
@@ -761,46 +730,10 @@ def test_a_same_run_repeat_tells_the_search_its_move_changed_nothing(space):
     assert effects[("chunked_prefill_size", "8192", "16384", ())] == -1.0
 
 
-def test_moves_the_estimate_expects_to_lose_much_wait_behind_smaller_steps(space):
-    """From a feasible best trial, the range ends come first; with `doomed_penalty`, the ends
-    the estimate scores more than 20% below the best (a cap of 1, no speculation, the smallest
-    memory fraction) wait behind the halfway moves it does not."""
-    study = optuna.create_study(directions=["maximize", "minimize"])
-    best = {**START, "speculative_algorithm": "NEXTN", "speculative_num_steps": 3}
-    best |= {"mem_fraction_static": 0.95, "max_running_requests": 16}
-    _measured(study, best, 480.0, {"p99_ttft_ms": -0.5})
-    trials = study.get_trials(deepcopy=False)
-
-    def estimate(p: dict) -> float:
-        return (
-            p["max_running_requests"]
-            * p["mem_fraction_static"]
-            * (1.0 if p.get("speculative_algorithm") else 0.7)
-        )
-
-    def order(penalty: float) -> list[dict]:
-        config = LocalSearchConfig(doomed_penalty=penalty, trend_weight=0.0)
-        search = LocalSearch(space, config, seed=0, rank=estimate)
-        tried, out = {key(t.params) for t in trials}, []
-        while (proposal := search.propose(trials, tried)) is not None and len(out) < 80:
-            tried.add(key(proposal))
-            out.append(proposal)
-        return out
-
-    def doomed(p: dict) -> bool:
-        return estimate(p) < 0.8 * estimate(best)
-
-    halfway = {**best, "speculative_num_steps": 4}  # level 1, scored as the best
-    for penalty, waits in ((3.0, True), (0.0, False)):
-        proposals = order(penalty)
-        first_doomed = next(i for i, p in enumerate(proposals) if doomed(p))
-        assert (proposals.index(halfway) < first_doomed) is waits, penalty
-
-
 def test_a_gain_within_the_noise_sets_no_direction(space):
-    """The move that reached the best trial is extended first, unless (with `extend_min_gain`)
-    the best beat the trial it moved from by no more than that share: a 1% gain at 2% noise
-    says nothing of which way the number should go."""
+    """The move that reached the best trial is extended first, unless (with a minimum gain, as
+    without an estimate) the best beat the trial it moved from by no more than that share: a 1%
+    gain at 2% noise says nothing of which way the number should go."""
     feasible = {"p99_ttft_ms": -0.5}
 
     def extension(gain: float, min_gain: float) -> tuple[str, float] | None:
@@ -829,7 +762,7 @@ def test_without_an_estimate_a_gain_within_the_noise_is_not_extended_first(space
         _measured(study, START, 400.0, feasible)
         _measured(study, {**START, "mem_fraction_static": 0.91}, 400.0 * (1 + gain), feasible)
         trials = study.get_trials(deepcopy=False)
-        search = LocalSearch(space, LocalSearchConfig(), seed=0, rank=rank)
+        search = LocalSearch(space, seed=0, rank=rank)
         return search.propose(trials, {key(t.params) for t in trials})
 
     assert first(0.01, None) != further
@@ -837,82 +770,10 @@ def test_without_an_estimate_a_gain_within_the_noise_is_not_extended_first(space
     assert first(0.01, lambda params: 1.0) == further
 
 
-def test_values_between_two_that_measured_alike_wait(space):
-    """With `flat_penalty`, a number measured within 3% at two values (the rest the same)
-    moves to the values between them only after the other moves of its level and the next;
-    moves outside that span keep their place."""
-    feasible = {"p99_ttft_ms": -0.5}
-    study = optuna.create_study(directions=["maximize", "minimize"])
-    best = {**START, "max_running_requests": 16}
-    _measured(study, best, 402.0, feasible)
-    _measured(study, {**best, "mem_fraction_static": 0.95}, 398.0, feasible)
-    trials = study.get_trials(deepcopy=False)
-
-    def order(penalty: float) -> list[dict]:
-        config = LocalSearchConfig(flat_penalty=penalty, trend_weight=0.0)
-        search = LocalSearch(space, config, seed=0)
-        tried, out = {key(t.params) for t in trials}, []
-        while (proposal := search.propose(trials, tried)) is not None and len(out) < 80:
-            tried.add(key(proposal))
-            out.append(proposal)
-        return out
-
-    inside = {**best, "mem_fraction_static": 0.91}  # halfway to 0.95: level 1
-    outside = {**best, "mem_fraction_static": 0.78}  # halfway to 0.70: level 1
-    for penalty in (0.0, 3.0):
-        proposals = order(penalty)
-        level2 = {**best, "max_running_requests": 8}  # a quarter of the way down (log)
-        if penalty:
-            assert proposals.index(outside) < proposals.index(level2) < proposals.index(inside)
-        else:
-            assert proposals.index(inside) < proposals.index(level2)
-            assert proposals.index(outside) < proposals.index(level2)
-
-
-def test_a_short_int_range_moves_to_its_neighbours_first(space):
-    """With `ordered_upto`, draft steps (1-5) move like ordered choices: 3 -> 2 and 3 -> 4
-    first, the ends one level later; without it the ends come first. Longer ranges (the
-    running cap, 1-16) keep moving to their ends first either way."""
-    start = {**START, "speculative_algorithm": "NEXTN", "speculative_num_steps": 3}
-
-    def levels(upto: int, name: str) -> dict[Any, float]:
-        return {m.value: m.level for m in moves(space, start, upto) if m.param == name}
-
-    assert levels(6, "speculative_num_steps") == {2: 0.0, 4: 0.0, 1: 1.0, 5: 1.0}
-    assert levels(0, "speculative_num_steps") == {1: 0.0, 5: 0.0, 2: 1.0, 4: 1.0}
-    assert levels(6, "max_running_requests") == levels(0, "max_running_requests")
-    assert levels(6, "max_running_requests")[16] == 0.0
-
-
-def test_a_branch_within_branch_tie_of_the_best_is_searched_as_the_best_is(space):
-    """With `branch_tie` 3%, the no-speculation branch measured 1% below the best (NEXTN) is
-    as good a base: its moves wait no level, and memory 0.95 from it comes level with the best
-    trial's own range ends. Off (the default), or 10% below, they wait a level."""
-    study = optuna.create_study(directions=["maximize", "minimize"])
-    best = {**START, "speculative_algorithm": "NEXTN", "speculative_num_steps": 2}
-    _trial(study, best, 100.0)
-    _trial(study, START, 99.0)
-    trials = study.get_trials()
-    scored = [(t, s) for t in trials if (s := standing(t)) is not None]
-    scored.sort(key=lambda ts: ts[1], reverse=True)
-    branch = scored[1][0]
-    assert _tied(branch, scored, 0.03) and not _tied(branch, scored, 0.0)
-    assert not _tied(branch, scored, 0.005)
-
-    def level_of_branch_move(config: LocalSearchConfig) -> float:
-        search = LocalSearch(space, seed=0)
-        search.config = config
-        options = search._from(branch, scored, {}, set(), keep="speculative_algorithm")
-        return min(p for p, _r, _t, c in options if c["mem_fraction_static"] == 0.95)
-
-    assert level_of_branch_move(LocalSearchConfig()) == 1.0
-    assert level_of_branch_move(LocalSearchConfig(branch_tie=0.03)) == 0.0
-
-
 def test_while_no_trial_meets_the_slos_an_untried_pair_of_choices_comes_first(space):
     """Every trial is over the TTFT limit; chunks of 2048 measured furthest over it, but only
     without speculation. The trend, additive, blames 2048 for it and holds the move back from
-    the NEXTN trial closest to the limit. With `pair_bonus` the move loses nothing to that blame
+    the NEXTN trial closest to the limit. With the pair bonus the move loses nothing to that blame
     and gains a level, since 2048 beside NEXTN is untried; once a trial has run that pair, or
     once a trial meets the SLOs, the trend's blame counts again."""
     study = optuna.create_study(directions=["maximize", "minimize"])
@@ -932,15 +793,15 @@ def test_while_no_trial_meets_the_slos_an_untried_pair_of_choices_comes_first(sp
             key=lambda ts: ts[1],
             reverse=True,
         )
-        search = LocalSearch(space, LocalSearchConfig(pair_bonus=pair_bonus), seed=0)
-        search.propose(trials, set())  # fits the trend
-        options = search._from(scored[0][0], scored, {}, set())
+        with constants(_PAIR_BONUS=pair_bonus):
+            search = LocalSearch(space, seed=0)
+            search.propose(trials, set())  # fits the trend
+            options = search._from(scored[0][0], scored, {}, set())
         return next(p for p, _r, _t, c in options if c["chunked_prefill_size"] == 2048)
 
     move = next(
         m for m in moves(space, nextn) if m.param == "chunked_prefill_size" and m.value == 2048
     )
-    assert priority(0.0) > move.level + 0.5  # blamed
     assert priority(1.0) <= move.level - 1.0 + 1e-9
     assert priority(2.0) <= move.level - 2.0 + 1e-9
     measured = study.get_trials()
@@ -961,8 +822,8 @@ def test_while_no_trial_meets_the_slos_an_untried_pair_of_choices_comes_first(sp
 def test_the_stop_rules_blind_check_passes_over_a_move_the_study_measured_worse():
     """The estimate does not read adaptive speculation, so the stop rule checks the flip from
     the best trial before it stops (`blind_move`). The same flip, from a trial that differs
-    only in its memory fraction, already measured worse: with `blind_known_skip` the check
-    passes over it to the next blind move; once the flip measured better, it is checked."""
+    only in its memory fraction, already measured worse: the check passes over it to the next
+    blind move; once the flip measured better, it is checked."""
     space = space_from_dict(ADAPTIVE_SPACE)
     study = optuna.create_study(directions=["maximize", "minimize"])
     base = {**START, "speculative_algorithm": "NEXTN", "speculative_num_steps": 3}
@@ -974,16 +835,15 @@ def test_the_stop_rules_blind_check_passes_over_a_move_the_study_measured_worse(
     best = trials[-1]
     tried = {key(t.params) for t in trials}
 
-    def check(skip: bool, seen: list[Any]) -> tuple[str, dict[str, Any]] | None:
-        search = LocalSearch(space, LocalSearchConfig(blind_known_skip=skip), seed=0)
+    def check(seen: list[Any]) -> tuple[str, dict[str, Any]] | None:
+        search = LocalSearch(space, seed=0)
         search.blind = frozenset({"speculative_adaptive"})
         return search.blind_move(best, tried, seen)
 
-    plain = check(False, trials)
+    plain = check([])  # no trials given: nothing is known
     assert plain is not None and plain[0] == "speculative_adaptive"
     assert plain[1]["speculative_adaptive"] is True and plain[1]["mem_fraction_static"] == 0.9
-    assert check(True, []) == plain  # no trials given: nothing is known
-    skipped = check(True, trials)
+    skipped = check(trials)
     # The next blind move: other draft steps with the flip (two moves; none measured).
     assert skipped is not None and skipped[0] == "speculative_num_steps"
     assert skipped[1]["speculative_num_steps"] != 3 and skipped[1]["speculative_adaptive"] is True
@@ -994,7 +854,7 @@ def test_the_stop_rules_blind_check_passes_over_a_move_the_study_measured_worse(
     _trial(study, {**base, "mem_fraction_static": 0.9}, 510.0)
     trials = study.get_trials()
     best, tried = trials[-1], {key(t.params) for t in trials}
-    assert check(True, trials) == check(False, trials) == plain
+    assert check(trials) == plain
 
 
 def test_the_stop_rules_neighbour_check_moves_the_best_trial_one_draft_step():
@@ -1008,8 +868,8 @@ def test_the_stop_rules_neighbour_check_moves_the_best_trial_one_draft_step():
     _trial(study, _steps(3), 478.0)
     best = study.get_trials()[-1]
 
-    def near(upto: int, skip: bool = True) -> tuple[str, dict[str, Any]] | None:
-        search = LocalSearch(space, LocalSearchConfig(blind_known_skip=skip), seed=0)
+    def near(upto: int) -> tuple[str, dict[str, Any]] | None:
+        search = LocalSearch(space, seed=0)
         trials = study.get_trials()
         return search.neighbour_move(best, {key(t.params) for t in trials}, trials, upto)
 
@@ -1026,11 +886,10 @@ def test_the_stop_rules_neighbour_check_moves_the_best_trial_one_draft_step():
     _trial(study, {**_steps(2), "mem_fraction_static": 0.75}, 290.0)
     assert (near(5) or ("", {}))[1]["speculative_num_steps"] == 4
     # 3 -> 4 steps measured worse from a trial that differs only in its memory fraction: the
-    # check passes over it to 2 steps (as blind checks do, `blind_known_skip`).
+    # check passes over it to 2 steps (as blind checks do).
     _trial(study, {**_steps(3), "mem_fraction_static": 0.9}, 476.0)
     _trial(study, {**_steps(4), "mem_fraction_static": 0.9}, 440.0)
     assert (near(5) or ("", {}))[1]["speculative_num_steps"] == 2
-    assert (near(5, skip=False) or ("", {}))[1]["speculative_num_steps"] == 4
     _trial(study, _steps(2), 470.0)
     assert near(5) is None  # 4 known worse, 2 measured
     # A running cap of 1-16 moves by one step once 16 values are allowed: 4 -> 3 first.
@@ -1077,9 +936,6 @@ def test_the_bottom_of_an_slo_metric_between_two_step_counts_that_both_miss_it_i
     tried = {key(t.params) for t in trials}
     assert valley() == (_steps(4), 954.0)  # halfway between 5 and 2, rounded
     assert search.propose(trials, tried) == _steps(4)
-    off = LocalSearch(space, LocalSearchConfig(valley_level=None), seed=0)
-    assert off.valley_move(trials, tried) is None
-    assert off.propose(trials, tried) != _steps(4)
     _measured(study, _steps(4), 1026.0, {"p99_ttft_ms": -0.8, "p99_tpot_ms": four})
     assert valley() == (_steps(3), 954.0)  # 4 misses by least now; 4 and 5 are adjacent
     _measured(study, _steps(3), 1022.0, {"p99_ttft_ms": -0.8, "p99_tpot_ms": -0.03})
@@ -1140,55 +996,19 @@ def test_a_value_every_trial_ran_far_below_the_base_waits():
     assert ("max_running_requests", "1") in low
     assert ("mem_fraction_static", "0.7") not in low  # 1,900 tok/s there: not below half
 
-    def priority(config: LocalSearchConfig, params: dict) -> float:
-        search = LocalSearch(space, config, seed=0)
-        search._value_best = _value_best(space, scored)  # what `propose` sets before `_from`
-        tried = {key(t.params) for t in trials}
-        options = search._from(best, scored, {}, tried)
+    def priority(penalty: float, params: dict) -> float:
+        with constants(_KNOWN_LOW_PENALTY=penalty):
+            search = LocalSearch(space, seed=0)
+            search._value_best = _value_best(space, scored)  # what `propose` sets first
+            tried = {key(t.params) for t in trials}
+            options = search._from(best, scored, {}, tried)
         return next(p for p, _r, _t, c in options if c == params)
 
     to_one = {**best.params, "max_running_requests": 1}
     to_low_memory = {**best.params, "mem_fraction_static": 0.7}
-    off = LocalSearchConfig(trend_weight=0.0, known_low_penalty=0.0)
-    on = LocalSearchConfig(trend_weight=0.0)  # on by default, 3 levels
-    assert on.known_low_penalty == 3.0
-    assert priority(on, to_one) == priority(off, to_one) + 3.0
-    assert priority(on, to_low_memory) == priority(off, to_low_memory)
-
-
-def test_the_trend_among_the_feasible_trials_points_up_the_throughput_not_into_the_slos():
-    """Fitted to every trial, the trend ranks the trials past the SLO below every one within,
-    so lower caps look better and a best trial within the SLOs is sent further down (a cap of
-    1, 7 and 19 from 43 of 64 clients in a spent retrieval cell). Fitted to the feasible ones
-    alone (`trend_feasible`), it points up the throughput they measured."""
-    from tuner.study.trend import Trend
-
-    space = space_from_dict(SPACE)
-    study = optuna.create_study(directions=["maximize", "minimize"])
-    for running, throughput, ttft in ((4, 100.0, -0.3), (6, 120.0, -0.2), (8, 130.0, -0.05)):
-        _measured(
-            study, {**START, "max_running_requests": running}, throughput, {"p99_ttft_ms": ttft}
-        )
-    for running, throughput in ((12, 150.0), (16, 160.0)):
-        _measured(
-            study, {**START, "max_running_requests": running}, throughput, {"p99_ttft_ms": 0.2}
-        )
-    trials = study.get_trials(deepcopy=False)
-    low, high = {**START, "max_running_requests": 2}, {**START, "max_running_requests": 10}
-    every = Trend.fit(space, trials)
-    assert every.predict(low) > every.predict(high)
-    within = Trend.fit(space, trials, feasible_only=True)
-    assert within.predict(high) > within.predict(low)
-    # One feasible trial says no direction: fitted to all, as before.
-    one = [
-        t
-        for t in trials
-        if t.params["max_running_requests"] != 6 and t.params["max_running_requests"] != 8
-    ]
-    assert (
-        Trend.fit(space, one, feasible_only=True).weights.tolist()
-        == Trend.fit(space, one).weights.tolist()
-    )
+    assert local_search._KNOWN_LOW_PENALTY == 3.0
+    assert priority(3.0, to_one) == priority(0.0, to_one) + 3.0
+    assert priority(3.0, to_low_memory) == priority(0.0, to_low_memory)
 
 
 def _plain_then_nextn(draft_ttft: float) -> tuple[SearchSpace, optuna.Study]:
@@ -1227,26 +1047,23 @@ def test_a_moves_effect_is_learnt_across_the_params_its_choice_switches_on_in_tu
     space, study = _plain_then_nextn(-0.2)
     trials = study.get_trials(deepcopy=False)
     move = ("speculative_algorithm", "None", "'NEXTN'", ())
-    assert move not in _move_effects(space, trials, deep=False)
-    assert _move_effects(space, trials, deep=True)[move] == 1.0
-    assert LocalSearchConfig().deep_context
+    assert _move_effects(space, trials)[move] == 1.0
     back = ("speculative_algorithm", "'NEXTN'", "None")
-    deep_back = [k for k in _move_effects(space, trials, deep=True) if k[:3] == back]
+    deep_back = [k for k in _move_effects(space, trials) if k[:3] == back]
     assert len(deep_back) == 1 and dict(deep_back[0][3])["speculative_adaptive"] == "None"
 
 
 def test_an_untried_pair_leaves_out_the_params_its_choice_switches_on_in_turn():
     """The move None -> NEXTN sets adaptive speculation too (it hangs on the draft steps): a
     value of it that no NEXTN trial ran is the move's own, not an untried pair of two params
-    the trials ran apart (`deep_context`); counting the algorithm's children alone, it was."""
+    the trials ran apart; counting the algorithm's children alone, it was."""
     space, study = _plain_then_nextn(0.5)
     trials = study.get_trials(deepcopy=False)
     plain = trials[0].params
     move = next(m for m in moves(space, plain) if m.param == "speculative_algorithm")
     candidate = {**plain, move.param: move.value, "speculative_num_steps": 3}
     candidate["speculative_adaptive"] = True  # the NEXTN trial ran it unset
-    assert _untried_pair(space, trials, move, candidate, deep=False)
-    assert not _untried_pair(space, trials, move, candidate, deep=True)
+    assert not _untried_pair(space, trials, move, candidate)
 
 
 def _queued_nextn(stage_share: float, running: int) -> tuple[SearchSpace, list, dict]:
@@ -1276,9 +1093,6 @@ def test_a_trial_that_queued_past_the_ttft_limit_is_given_more_slots():
     repaired = [c for *_, c in search._repairs(by_standing(trials), {}, tried, 0.0)]
     # Each slot flag to the top of its range (the cap is there already), nothing else.
     assert repaired == [{**draft, "mem_fraction_static": 0.95}]
-    halfway = LocalSearch(space, LocalSearchConfig(repair_ends=False), seed=0)
-    more = [c for *_, c in halfway._repairs(by_standing(trials), {}, tried, 0.0)]
-    assert len(more) > 1 and all(c["speculative_num_steps"] == 1 for c in more)
     # It ran every client (nothing queued), or measured too little to matter: no repair.
     for share, running in ((0.9, 16), (0.8, 15)):
         space, trials, _draft = _queued_nextn(share, running)
@@ -1296,16 +1110,12 @@ def test_a_slot_repair_of_a_trial_that_measured_more_than_the_best_comes_first()
     tried = {key(t.params) for t in trials}
     search = LocalSearch(space, seed=0)
     assert search.propose(trials, tried) == {**draft, "mem_fraction_static": 0.95}
-    ahead = LocalSearchConfig().repair_ahead
-    assert ahead is not None and ahead < -10  # before the extension (-10)
+    ahead = local_search._REPAIR_AHEAD
+    assert ahead < local_search._EXTENSION
     [(priority, *_rest)] = search._repairs(by_standing(trials), {}, tried, 0.0)
     assert priority <= ahead + 1
     space, trials, draft = _queued_nextn(0.9, 15)
     [(priority, *_rest)] = search._repairs(by_standing(trials), {}, tried, 0.0)
-    assert priority > ahead + 5
-    level = LocalSearch(space, LocalSearchConfig(repair_ahead=None), seed=0)
-    space, trials, draft = _queued_nextn(1.2, 15)
-    [(priority, *_rest)] = level._repairs(by_standing(trials), {}, tried, 0.0)
     assert priority > ahead + 5
 
 
@@ -1322,8 +1132,4 @@ def test_slot_repairs_are_made_only_without_an_estimate(monkeypatch):
     assert calls == [1]
     search.rank = lambda params: 0.0
     search.propose(trials, tried)
-    assert calls == [1]
-    off = LocalSearch(space, LocalSearchConfig(repair_level=None), seed=0)
-    monkeypatch.setattr(off, "_repairs", lambda *a: calls.append(1) or [])
-    off.propose(trials, tried)
     assert calls == [1]

@@ -5,7 +5,16 @@ import optuna
 import pytest
 
 from tuner.results import record
-from tuner.trial.pruning import StagePoint, StagePruner, StagePrunerConfig, decide
+from tuner.trial import pruning
+from tuner.trial.pruning import StagePoint, StagePruner, StagePrunerConfig, decide, slo_cut
+
+
+@pytest.fixture(autouse=True)
+def _three_full_runs_bound_a_cut(monkeypatch):
+    """The front and the SLO cut judged by three full runs here, not the study's 8 and 4."""
+    monkeypatch.setattr(pruning, "_FRONT_MIN_TRIALS", 3)
+    monkeypatch.setattr(pruning, "_SLO_MIN_TRIALS", 3)
+
 
 CONFIG = StagePrunerConfig(n_startup_trials=4, percentile=25, margin=0.1, min_dominators=2)
 HISTORY = [
@@ -86,14 +95,13 @@ def test_only_trials_with_its_categorical_choices_dominate_it():
     mixed = [*history[:3], *(replace(p, group=chunk_16k) for p in history[3:])]
     d = decide(1, 4, current, mixed, CONFIG)
     assert d.prune and "2 of them with its categorical choices" in d.reason
-    # Off, or where the trial's choices are not known, any feasible trial dominates it.
-    assert decide(1, 4, current, history, replace(CONFIG, alike_dominators=False)).prune
+    # Where the trial's choices are not known, any feasible trial dominates it.
     assert decide(1, 4, replace(current, group=None), history, CONFIG).prune
 
 
 # -- the front cut: can the trial still reach the front of feasible full runs? ----------------
 
-FRONT = StagePrunerConfig(n_startup_trials=100, front_min_trials=3, front_slack=0.05)
+FRONT = StagePrunerConfig(n_startup_trials=100)  # the front cut alone
 # Completed trials: stage-1 point and full run. Their full runs ended 1.1x to 1.3x above the
 # first stage's throughput and 0.9x to 1.0x its latency.
 FINISHED = [
@@ -110,20 +118,6 @@ def test_front_cut_cuts_a_trial_whose_best_case_a_full_run_beats():
     assert d.time_saved_s == 90.0  # three stages of 30 s left
 
 
-def test_a_cut_records_the_factor_that_bounds_its_full_run():
-    """The front and the dominated cut say by how much the trial's full run could at most
-    have beaten its stage (the widest factor seen, widened by the slack): record.py's
-    throughput_bound reads it. Without a full run to say it, there is none."""
-    front = decide(0, 4, StagePoint(100.0, 40.0), FINISHED, FRONT)
-    assert front.rule == record.CUT_FRONT and math.isclose(front.up or 0.0, 1.3 * 1.05)
-    dominated = decide(1, 4, StagePoint(60.0, 40.0), HISTORY, CONFIG)
-    assert dominated.rule == record.CUT_DOMINATED and dominated.up is None
-    with_runs = [*HISTORY, *FINISHED]
-    dominated = decide(1, 4, StagePoint(60.0, 40.0), with_runs, CONFIG)
-    assert dominated.rule == record.CUT_DOMINATED
-    assert math.isclose(dominated.up or 0.0, 1.3 * (1 + CONFIG.front_slack))
-
-
 def test_front_cut_keeps_a_trial_the_widest_factor_could_lift_onto_the_front():
     # 170 x 1.365 = 232: no full run has more throughput at no worse latency.
     assert not decide(0, 4, StagePoint(170.0, 40.0), FINISHED, FRONT).prune
@@ -134,31 +128,6 @@ def test_front_cut_keeps_a_trial_the_widest_factor_could_lift_onto_the_front():
     assert not decide(0, 4, StagePoint(100.0, 40.0), wide, FRONT).prune
 
 
-def test_front_alike_bounds_a_ramp_by_full_runs_with_the_trials_own_choices():
-    """With `front_alike`, a trial's best case comes from the ramps of full runs with its own
-    categorical choices, and it is not cut before `front_alike_min` of them are known: a new
-    queue policy may ramp as no full run of another has."""
-    fcfs, lpm = (("policy", "fcfs"),), (("policy", "lpm"),)
-    finished = [replace(p, group=fcfs) for p in FINISHED]
-    alike = replace(FRONT, front_alike=True)
-    current = StagePoint(100.0, 40.0, group=lpm)
-    assert decide(0, 4, current, finished, FRONT).prune  # every ramp bounds it: cut
-    d = decide(0, 4, current, finished, alike)
-    assert not d.prune and "full runs with its categorical choices" in d.reason
-    # Two lpm full runs known, which ramped 1.1x at most: 100 x 1.1 x 1.05 = 115.5 at best.
-    with_lpm = [
-        *finished,
-        StagePoint(90.0, 30.0, group=lpm, final=(99.0, 30.0)),
-        StagePoint(80.0, 30.0, group=lpm, final=(84.0, 29.0)),
-    ]
-    d = decide(0, 4, current, with_lpm, alike)
-    assert d.prune and d.up is not None and math.isclose(d.up, 1.1 * 1.05)
-    # The fcfs trial is still bounded by the fcfs ramps (1.3x): 170 x 1.365 = 232 stays.
-    assert not decide(0, 4, replace(current, throughput=170.0, group=fcfs), with_lpm, alike).prune
-    # A trial whose choices are not known is bounded by every full run, as without it.
-    assert decide(0, 4, replace(current, group=None), finished, alike).prune
-
-
 def test_front_cut_needs_feasible_full_runs_enough_of_them_and_a_stage_left():
     current = StagePoint(100.0, 40.0)
     infeasible = [replace(p, feasible=False) for p in FINISHED]
@@ -167,10 +136,6 @@ def test_front_cut_needs_feasible_full_runs_enough_of_them_and_a_stage_left():
     no_finals = [replace(p, final=None) for p in FINISHED]
     assert not decide(0, 4, current, no_finals, FRONT).prune
     assert not decide(3, 4, current, FINISHED, FRONT).prune
-    assert not decide(0, 4, current, FINISHED, replace(FRONT, front_cut=False)).prune
-    later = replace(FRONT, front_min_stage=1)
-    assert not decide(0, 4, current, FINISHED, later).prune
-    assert decide(1, 4, current, FINISHED, later).prune
 
 
 def test_with_enough_full_runs_their_factors_replace_the_fixed_margin():
@@ -210,7 +175,7 @@ def test_the_summary_says_what_the_early_cuts_saved(tmp_path):
 
 # -- the SLO cut: can the trial still end within every SLO? ------------------------------------
 
-SLO = StagePrunerConfig(n_startup_trials=100, front_cut=False, slo_min_trials=3, slo_slack=0.25)
+SLO = StagePrunerConfig(n_startup_trials=100)  # asked of the SLO cut alone (`slo_cut`)
 # Completed trials with one SLO (p99 TTFT): stage-1 load and full-run load (value / limit).
 # Their full runs ended 0.8x to 1.0x their first stage's load.
 ENDED = [
@@ -224,38 +189,26 @@ def test_slo_cut_cuts_a_trial_whose_best_case_still_breaks_an_slo():
     # The lowest latency of all, so the front cut would keep it; but 2.0 x 0.8 / 1.25 = 1.28:
     # even the best factor seen leaves its TTFT 28% over the limit.
     current = StagePoint(20.0, 5.0, duration_s=30.0, slos=(2.0,))
-    d = decide(0, 4, current, ENDED, SLO)
+    d = slo_cut(0, 4, current, ENDED, SLO)
     assert d.prune and d.rule == record.CUT_SLO
     assert "cannot meet SLO 1" in d.reason and "x0.64" in d.reason
     assert d.time_saved_s == 90.0
-    assert not decide(0, 4, current, ENDED, replace(SLO, front_cut=True, slo_cut=False)).prune
-
-
-def test_slo_cut_records_the_load_a_full_run_would_likely_have_ended_at():
-    # Full runs ended x0.8, x1.0 and x0.9 of their first stage's load: the median is 0.9.
-    d = decide(0, 4, StagePoint(20.0, 5.0, slos=(2.0,)), ENDED, SLO)
-    assert d.prune and d.expected_slos == pytest.approx((1.8,))
-    # Every other rule records none.
-    front = replace(SLO, front_cut=True, slo_cut=False, front_min_trials=1)
-    feasible = [replace(p, feasible=True) for p in ENDED]
-    cut = decide(0, 4, StagePoint(20.0, 50.0, slos=(0.5,)), feasible, front)
-    assert cut.prune and cut.rule == record.CUT_FRONT and cut.expected_slos == ()
 
 
 def test_slo_cut_keeps_a_trial_that_may_still_end_within_its_slos():
     # 1.5 x 0.64 = 0.96: the factor one trial showed could bring it under the limit.
-    assert not decide(0, 4, StagePoint(20.0, 5.0, slos=(1.5,)), ENDED, SLO).prune
+    assert not slo_cut(0, 4, StagePoint(20.0, 5.0, slos=(1.5,)), ENDED, SLO).prune
     # A second SLO has its own factors: its full runs ended where their stages were (x1.0),
     # so its best case is x0.8: 1.5 breaks it, 1.2 may not.
     two = [replace(p, slos=(*p.slos, 0.5), final_slos=(*p.final_slos, 0.5)) for p in ENDED]
-    assert decide(0, 4, StagePoint(20.0, 5.0, slos=(0.5, 1.5)), two, SLO).prune
-    assert not decide(0, 4, StagePoint(20.0, 5.0, slos=(0.5, 1.2)), two, SLO).prune
+    assert slo_cut(0, 4, StagePoint(20.0, 5.0, slos=(0.5, 1.5)), two, SLO).prune
+    assert not slo_cut(0, 4, StagePoint(20.0, 5.0, slos=(0.5, 1.2)), two, SLO).prune
 
 
 def test_slo_cut_needs_enough_full_runs_and_a_stage_left():
     current = StagePoint(20.0, 5.0, slos=(3.0,))
-    assert not decide(0, 4, current, ENDED[:2], SLO).prune
-    assert not decide(0, 4, current, [replace(p, final_slos=None) for p in ENDED], SLO).prune
-    assert not decide(3, 4, current, ENDED, SLO).prune
-    assert not decide(0, 4, StagePoint(20.0, 5.0), ENDED, SLO).prune  # no SLOs measured
-    assert not decide(0, 4, StagePoint(20.0, 5.0, slos=(math.inf,)), ENDED, SLO).prune
+    assert not slo_cut(0, 4, current, ENDED[:2], SLO).prune
+    assert not slo_cut(0, 4, current, [replace(p, final_slos=None) for p in ENDED], SLO).prune
+    assert not slo_cut(3, 4, current, ENDED, SLO).prune
+    assert not slo_cut(0, 4, StagePoint(20.0, 5.0), ENDED, SLO).prune  # no SLOs measured
+    assert not slo_cut(0, 4, StagePoint(20.0, 5.0, slos=(math.inf,)), ENDED, SLO).prune

@@ -11,7 +11,6 @@ from tuner.engines.model_config import ModelMemory
 from tuner.predict.estimate import Calibration, Estimator
 from tuner.predict.gpu_specs import gpu_spec
 from tuner.results import record
-from tuner.results.goals import Slo
 from tuner.space.load import load_space
 from tuner.study.guide import complete_flags, random_params
 from tuner.study.moves import key
@@ -125,118 +124,9 @@ def test_a_trial_the_slo_cut_stopped_is_learned_from_by_its_stage_figures(world)
         assert model.fitted is fitted
 
 
-def _cut(
-    trial: optuna.trial.FrozenTrial,
-    params: dict,
-    rule: str | None,
-    up: float | None,
-    stage_share: float,
-) -> optuna.trial.FrozenTrial:
-    """`trial`'s configuration stopped after a stage that measured `stage_share` of its
-    throughput, by `rule`, with the factor `up` recorded."""
-    metrics = dict(trial.user_attrs[record.METRICS])
-    metrics["output_throughput"] *= stage_share
-    cut = optuna.trial.create_trial(
-        state=optuna.trial.TrialState.PRUNED,
-        params=trial.params,
-        distributions=trial.distributions,
-        user_attrs={**trial.user_attrs, record.METRICS: metrics,
-                    record.PRUNED: {"stage": 0, "rule": rule, "up": up}},
-    )  # fmt: skip
-    cut.params = params
-    return cut
-
-
-def test_a_cut_trial_bounds_its_throughput_by_its_stage_times_the_widest_factor(world):
-    space, _estimator, _flags, measure = world
-    params = random_params(space, random.Random(4))
-    done = measure(params)
-    stage = done.user_attrs[record.METRICS]["output_throughput"] * 0.5
-    for rule in (record.CUT_FRONT, record.CUT_DOMINATED):
-        bound = record.throughput_bound(_cut(done, params, rule, 1.2, 0.5))
-        assert bound == pytest.approx(stage * 1.2)
-    # An SLO cut's stage figures are learnt from as they are; no factor, no bound; a completed
-    # trial measured its whole run.
-    assert record.throughput_bound(_cut(done, params, record.CUT_SLO, 1.2, 0.5)) is None
-    assert record.throughput_bound(_cut(done, params, record.CUT_FRONT, None, 0.5)) is None
-    assert record.throughput_bound(done) is None
-
-
-def test_the_corrected_estimate_reads_a_cut_trial_at_its_bound(world):
-    """A configuration the front cut stopped at half what the estimate expects, with a full
-    run at most 1.2x its stage, is worth at most 0.6 of the estimate: the corrected estimate
-    with cut_bounds expects less there than when it skips the cut trial (the default), and
-    less than the estimate alone."""
-    space, estimator, flags, measure = world
-    rng = random.Random(5)
-    trials = []
-    for _ in range(6):
-        params = random_params(space, rng)
-        t = measure(params)
-        t.params = params
-        trials.append(t)
-    target = random_params(space, rng)
-    cut = _cut(measure(target), target, record.CUT_FRONT, 1.2, 0.5)
-    predicted = {}
-    for bounds in (True, False):
-        model = ResidualModel(space, estimator, flags, cut_bounds=bounds)
-        model.fit([*trials, cut])
-        x = [model._encoder.row(target)[:-1]]
-        predicted[bounds] = float(model._models["throughput"].predict(x)[0])
-    assert predicted[True] < predicted[False] - 0.1
-    assert predicted[True] < -0.1  # the log of corrected over estimated throughput
-
-
 def test_an_explicitly_chosen_sampler_keeps_its_trials():
     from tuner.study.guide import GuideSettings
     from tuner.study.options import StudyOptions
 
     assert GuideSettings.of(StudyOptions()).model
     assert not GuideSettings.of(StudyOptions(sampler="random")).model
-
-
-def test_plug_in_counts_from_the_predicted_best_not_a_lucky_launch(world):
-    """Twelve configurations measured as the estimate expects and one launch of the best 8%
-    above it (the noise's luck): with `plug_in` the expected improvement counts from the
-    corrected estimate's prediction of the best trial, below the lucky figure, so an untried
-    configuration's expected gain is larger than over the lucky figure itself."""
-    space, estimator, flags, measure = world
-    # A limit every configuration meets: the acquisition is the expected improvement alone.
-    loose = space.model_copy(update={"slos": [Slo("p99_ttft_ms", "<=", 1e9)]})
-    rng = random.Random(6)
-
-    def launched(params: dict, luck: float = 1.0) -> optuna.trial.FrozenTrial:
-        t = measure(params)
-        metrics = dict(t.user_attrs[record.METRICS])
-        metrics["output_throughput"] *= luck
-        within = optuna.trial.create_trial(
-            params=t.params,
-            distributions=t.distributions,
-            values=[metrics["output_throughput"], 10.0],
-            user_attrs={**t.user_attrs, record.METRICS: metrics},
-            system_attrs={"constraints": [-0.1, -0.1]},  # every SLO met
-        )
-        within.params = params
-        return within
-
-    measured = [random_params(space, rng) for _ in range(13)]
-    for params in measured:
-        params["schedule_policy"] = "fcfs"  # none boosted: the estimate is right everywhere
-    trials = [launched(p) for p in measured]
-    best = max(range(len(trials)), key=lambda i: trials[i].values[0])
-    trials[best] = launched(measured[best], 1.08)
-    pool = [random_params(space, rng) for _ in range(200)]
-    tried = {key(p) for p in measured}
-    gains = {}
-    for plug_in in (False, True):
-        model = ResidualModel(loose, estimator, flags, plug_in=plug_in)
-        model.fit(trials)
-        assert model._best is not None
-        if plug_in:
-            assert model._best < trials[best].values[0]
-        else:
-            assert model._best == trials[best].values[0]
-        found = model.best(pool, tried)
-        assert found is not None
-        gains[plug_in] = found[1]
-    assert gains[True] > gains[False]

@@ -11,6 +11,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.results import record
+from tuner.study import stopping
 from tuner.study.loop import run_trials
 from tuner.study.stopping import (
     BLIND_CHECK,
@@ -91,25 +92,6 @@ def test_not_before_min_trials_nor_while_the_front_moves():
     assert decide(_trials(rising), StopRule(0.05, min_trials=6, patience=4)).stop
 
 
-def test_with_a_longer_look_back_a_search_climbing_in_small_steps_goes_on():
-    """Steps of 0.8% each leave a window of 4 quiet at min_gain 1% while the last 8 launches
-    climbed 2.4% (`climb_window`, off by default: measured, not kept). Where no launch before
-    the look back met the SLOs, it is measured from the first that did."""
-    climbing = [(100.0, 10.0)] * 3 + [(100.8, 10.0)] * 2 + [(101.6, 10.0)] * 2
-    climbing += [(102.4, 10.0)] * 4
-    assert decide(_trials(climbing), RULE).stop
-    longer = replace(RULE, climb_window=8)
-    decision = decide(_trials(climbing), longer)
-    assert not decision.stop and "still climbing" in decision.reason
-    assert "moved the front by 2.4%" in decision.reason
-    assert decide(_trials(climbing), replace(longer, climb_gain=0.03)).stop
-    # Every feasible launch within the look back: from the first of them, 100 -> 102.4.
-    late = [("slo", 90.0, 10.0)] * 4 + [(100.0, 10.0), (100.8, 10.0), (101.6, 10.0)]
-    late += [(102.4, 10.0)] * 5
-    assert not decide(_trials(late), longer).stop
-    assert decide(_trials([("slo", 90.0, 10.0)] * 4 + [(102.4, 10.0)] * 7), longer).stop
-
-
 def test_skips_and_repeats_do_not_count_as_launched_trials():
     points = [(100.0, 10.0)] * 4 + ["skipped", "repeat"] * 3 + [(100.0, 10.0)]
     decision = decide(_trials(points), RULE)
@@ -149,9 +131,6 @@ def test_a_front_still_at_sglangs_defaults_stops_after_defaults_until_launches()
     # Set apart from the window's other conditions: a front still moving keeps it going.
     moving = [*points[:13], (98.0, 8.0)]
     assert not decide(_trials(moving), RULE).stop
-    # Given explicitly: never (the rule before the lapse), or sooner.
-    assert not decide(_trials(points), replace(RULE, defaults_until=10**9)).stop
-    assert decide(_trials(points[:10]), replace(RULE, defaults_until=10)).stop
 
 
 def test_beating_sglangs_defaults_by_noise_alone_is_not_beating_them():
@@ -161,8 +140,6 @@ def test_beating_sglangs_defaults_by_noise_alone_is_not_beating_them():
     decision = decide(_trials(points), rule)
     assert not decision.stop
     assert "beaten sglang's defaults by more than 2% yet" in decision.reason
-    assert decide(_trials(points), replace(rule, defaults_gain=0.0)).stop  # any margin: stops
-    assert decide(_trials(points), replace(rule, defaults_gain=0.01)).stop
     # 3% beats them by more than min_gain, but not by twice a known noise of 2%.
     above = [("default", 100.0, 10.0), (103.0, 10.0)] + [(90.0, 12.0)] * 4
     assert decide(_trials(above), rule).stop
@@ -261,8 +238,6 @@ def test_launches_the_estimate_cannot_tell_apart_are_judged_against_the_slos_tog
         return classes.get(t.number)
 
     assert pooled_past(trials, alike) == {0, 2}
-    unpooled = decide(trials, replace(RULE, pool_alike=False), alike=alike)
-    assert unpooled.stop and unpooled.best_trial == 2
     pooled = decide(trials, RULE, alike=alike)
     assert not pooled.stop and pooled.best_trial == 3
     assert "moved the front by 33.3%" in pooled.reason
@@ -361,11 +336,12 @@ def test_blind_moves_are_measured_without_using_up_the_checks_of_expected_gains(
     assert tags == [BLIND_CHECK] * 3 + [STOP_CHECK] * 2
 
 
-def test_early_checks_are_asked_for_once_part_of_the_window_moved_nothing():
-    """With `early_checks` 2 of a window of 4, the checks the rule asks for before stopping
-    start once the last 2 launches moved nothing, though the window as a whole still moved the
-    front; an expected gain of the estimate's still waits for the whole window."""
-    rule = replace(RULE, early_checks=2)
+def test_early_checks_are_asked_for_once_part_of_the_window_moved_nothing(monkeypatch):
+    """With early checks 2 launches before a window of 4 ends, the checks the rule asks for
+    before stopping start once the last 2 launches moved nothing, though the window as a whole
+    still moved the front; an expected gain of the estimate's still waits for the whole
+    window."""
+    rule = RULE
     rose = [(100.0, 10.0)] * 3 + [(110.0, 10.0)] * 3
     blind = Outlook({"x": 7}, math.inf, "a blind move", BLIND_CHECK)
     decision = decide(_trials(rose), rule, lambda: blind)
@@ -380,7 +356,9 @@ def test_early_checks_are_asked_for_once_part_of_the_window_moved_nothing():
         asked.append(1)
         return blind
 
-    assert decide(_trials(rose), replace(RULE, early_checks=0), ask).outlook is None
+    with monkeypatch.context() as patch:
+        patch.setattr(stopping, "_EARLY_CHECKS", 0)
+        assert decide(_trials(rose), RULE, ask).outlook is None
     rising = [(100.0, 10.0)] * 4 + [(110.0, 10.0), (121.0, 10.0)]
     assert decide(_trials(rising), rule, ask).outlook is None and not asked
 
@@ -391,17 +369,18 @@ def _rising_then_flat(trial: optuna.Trial) -> tuple[float, float]:
     return 100.0 * 1.1 ** min(trial.number, 4), 10.0
 
 
-def test_early_checks_run_inside_the_window_and_the_study_stops_sooner():
+def test_early_checks_run_inside_the_window_and_the_study_stops_sooner(monkeypatch):
     """The front rises until trial 4. The three blind moves start after 2 quiet launches
     instead of 4, and the window that follows holds them: two launches fewer."""
     runs = {}
     for early in (0, 2):
+        monkeypatch.setattr(stopping, "_EARLY_CHECKS", early)
         study = _study([])
-        stopping = Stopping(replace(RULE, early_checks=early), _Forecaster(gain=0.3, blind=3))
-        run_trials(study, _rising_then_flat, 40, stopping=stopping)
+        rule = Stopping(RULE, _Forecaster(gain=0.3, blind=3))
+        run_trials(study, _rising_then_flat, 40, stopping=rule)
         runs[early] = [t.user_attrs.get(record.GUIDED_BY) for t in study.trials]
-    assert runs[0] == [None] * 9 + [BLIND_CHECK] * 3 + [STOP_CHECK] * 2
-    assert runs[2] == [None] * 7 + [BLIND_CHECK] * 3 + [STOP_CHECK] * 2
+    assert runs[0] == ["sampler"] * 9 + [BLIND_CHECK] * 3 + [STOP_CHECK] * 2
+    assert runs[2] == ["sampler"] * 7 + [BLIND_CHECK] * 3 + [STOP_CHECK] * 2
 
 
 def test_the_loop_runs_the_whole_budget_with_min_gain_0():
@@ -410,12 +389,13 @@ def test_the_loop_runs_the_whole_budget_with_min_gain_0():
     assert len(study.trials) == 15 and record.STUDY_STOPPED not in study.user_attrs
 
 
-def test_limits_out_of_reach_stop_a_study_that_met_none():
+def test_limits_out_of_reach_stop_a_study_that_met_none(monkeypatch):
     """No trial met the SLOs: after min_trials + patience launches (10 here), a study whose
-    closest trial broke a limit by more than `out_of_reach` (half of it here) and whose last
-    4 came no closer stops, and says which trial came closest and by how much it missed."""
-    rule = StopRule(min_gain=0.01, min_trials=6, patience=4, out_of_reach=0.5)
-    assert StopRule().out_of_reach == 2.0  # the default: more than 3x an upper limit
+    closest trial broke a limit by more than the out-of-reach margin (half of it here) and
+    whose last 4 came no closer stops, and says which trial came closest and by how much."""
+    assert stopping._OUT_OF_REACH == 2.0  # the default: more than 3x an upper limit
+    monkeypatch.setattr(stopping, "_OUT_OF_REACH", 0.5)
+    rule = StopRule(min_gain=0.01, min_trials=6, patience=4)
     far = [("over", 100.0, 10.0, v) for v in (2.0, 1.2, 0.9, 1.5, 0.8, 1.1)]
     stuck = far + [("over", 100.0, 10.0, v) for v in (0.9, 1.0, 0.8, 3.0)]
     # Missed by a whole limit or more: said as a factor.
@@ -449,9 +429,7 @@ def test_limits_out_of_reach_stop_a_study_that_met_none():
         study.add_trials(_study([point]).get_trials())
     decision = decide(study.get_trials(), rule)
     assert decision.stop and "trial 4," in decision.reason, decision.reason
-    # Nor with the margin off, nor once one trial met the SLOs (the front rule decides then).
-    off = StopRule(min_gain=0.01, min_trials=6, patience=4, out_of_reach=None)
-    assert not decide(_trials(stuck), off).stop
+    # Nor once one trial met the SLOs (the front rule decides then).
     met = [(90.0, 10.0), *stuck[1:]]
     assert "nothing to judge by" not in decide(_trials(met), rule).reason
     assert "no trial met" not in decide(_trials(met), rule).reason

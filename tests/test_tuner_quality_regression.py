@@ -26,8 +26,6 @@ With the former polish instead (random neighbours of the best from trial 24) it 
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import statistics
 from pathlib import Path
 
@@ -162,18 +160,16 @@ TP2_BEST = {
 }
 
 
-def _model_free_best(
-    monkeypatch: pytest.MonkeyPatch, cell: str, optimum: dict, seed: int, **config: object
-) -> float:
+def _model_free_best(monkeypatch: pytest.MonkeyPatch, cell: str, optimum: dict, seed: int) -> float:
     """The best share of `cell`'s optimum that the search without an estimate reached in 40
-    trials at `seed`, with these LocalSearchConfig fields."""
+    trials at `seed`."""
     from benchmarks.oracle_measurer import NoiseModel, OracleCache
     from benchmarks.quality.methods import METHODS
     from benchmarks.quality.scoring import best_so_far
     from benchmarks.quality.study import run_study
     from benchmarks.quality.truth import Oracle, summarize_optimum
     from benchmarks.quality.worlds import load_cell
-    from tuner.study import local_search, quiet_optuna
+    from tuner.study import quiet_optuna
 
     quiet_optuna()
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)  # the cell names its world so
@@ -181,9 +177,7 @@ def _model_free_best(
     oracle = Oracle(space, OracleCache(space))
     oracle.of_params(optimum)
     model_free = next(m for m in METHODS if m.name == "model-free")
-    search = local_search.LocalSearchConfig(**config)  # type: ignore[arg-type]
-    method = dataclasses.replace(model_free, guide=(("local_search", search),))
-    run = run_study(method, seed, BUDGET, space, oracle, NoiseModel(0.02, 0.02, 0.05))
+    run = run_study(model_free, seed, BUDGET, space, oracle, NoiseModel(0.02, 0.02, 0.05))
     return best_so_far(run, summarize_optimum(oracle, 0.0))[:BUDGET][-1]
 
 
@@ -193,11 +187,8 @@ def test_without_an_estimate_the_search_finds_a_window_between_two_slos(monkeypa
     number from the best (docs/quality.md): the best trials (an 8-bit pool at 48 running, p99
     TPOT a few % past its limit) and those that broke only the TTFT limit (fewer slots) differed
     in the memory fraction or the chunk size too. A trial that breaks only the other SLO now
-    marks a window wherever it differs (`LocalSearchConfig.window_wide`). The partner flips,
-    which reach these limits another way, are off in both arms."""
-    at = functools.partial(_model_free_best, monkeypatch, FP8_CELL, FP8_BEST, 2, partner_level=None)
-    assert at(window_wide=True) >= 0.95
-    assert at(window_wide=False) == 0.0
+    marks a window wherever it differs (tuner/study/bisection.py `window_moves`)."""
+    assert _model_free_best(monkeypatch, FP8_CELL, FP8_BEST, 2) >= 0.95
 
 
 @pytest.mark.timeout(600)
@@ -207,7 +198,6 @@ def test_without_an_estimate_the_search_tries_the_window_partner_with_another_ch
     """Seed 2 found nothing within both limits in 40 trials (docs/quality.md): every trial
     below 64 running kept lpm, which a TPOT-limited cap queues past the TTFT limit, and the
     window between 64 and 49 running broke both limits throughout. The window's partner (lpm at
-    49, past TTFT alone) is now tried with fcfs (`LocalSearchConfig.partner_level`)."""
-    at = functools.partial(_model_free_best, monkeypatch, TP2_CELL, TP2_BEST, 2)
-    assert at() >= 0.95
-    assert at(partner_level=None) == 0.0
+    49, past TTFT alone) is now tried with fcfs (the partner flip, tuner/study/bisection.py
+    `window_partner`)."""
+    assert _model_free_best(monkeypatch, TP2_CELL, TP2_BEST, 2) >= 0.95

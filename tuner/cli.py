@@ -410,5 +410,22 @@ def studies_command(
     typer.echo(format_listing(list_studies(storage, studies_dir)))
 
 
+@app.command("explain")
+def explain_command(
+    trial: int = typer.Option(..., "--trial", help="The trial number to explain."),
+    study: str | None = typer.Option(None, "--study", help=_STUDY_HELP),
+    storage: str | None = typer.Option(None, "--storage", help=_STORAGE_HELP),
+    studies_dir: Path = typer.Option(Path("studies"), "--studies-dir", help=_STUDIES_DIR_HELP),
+) -> None:
+    """Say in one sentence why the search launched a trial: the rule and the trial it moved from."""
+    from tuner.optimize.explain import explain_trial
+    from tuner.results.storage import locate_study
+
+    location, note = locate_study(storage, study, studies_dir)
+    if note:
+        typer.echo(note, err=True)
+    typer.echo(explain_trial(location.storage, location.study_name, trial))
+
+
 if __name__ == "__main__":
     main()

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tuner.study import StudyOptions
-from tuner.study.local_search import LocalSearchConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +25,7 @@ class Method:
     min_gain: float = 0.0  # the stop rule (tuner/study/stopping.py); 0: the whole budget
     estimate: bool = True  # False: no estimate at all (no warm start; the local search alone)
     variant: bool = False  # a variant compared in one measurement: run only when named
-    guide: tuple[tuple[str, Any], ...] = ()  # GuideConfig fields changed (variants compared)
+    model: bool = True  # False: the sampler keeps its turns (no corrected estimate's picks)
 
 
 _DEFAULTS = StudyOptions()  # what `tuner optimize` does without options
@@ -92,30 +90,6 @@ METHODS = (
         warm_start=True,
         polish=True,
         estimate=False,
-    ),
-    Method(
-        "model-free-no-trend",
-        "no estimate, local search without the regression of ranks",
-        "tpe",
-        True,
-        True,
-        warm_start=True,
-        polish=True,
-        estimate=False,
-        guide=(("local_search", LocalSearchConfig(trend_weight=0.0)),),
-        variant=True,
-    ),
-    Method(
-        "model-free-polish",
-        "no estimate, the former polish (random neighbours of the best from trial 24)",
-        "tpe",
-        True,
-        True,
-        warm_start=True,
-        polish=True,
-        estimate=False,
-        guide=(("local", False), ("polish_from", 24), ("polish_share", 0.5)),
-        variant=True,
     ),
     Method(
         "gp",

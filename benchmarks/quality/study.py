@@ -52,6 +52,7 @@ class TrialLog:
     duplicate: bool
     params: dict[str, Any] = field(default_factory=dict)
     guided_by: str | None = None
+    guided_from: int | None = None  # the trial the rule moved from, when it moved
     # The share of its limit by which the trial met its closest SLO as measured (record.
     # least_slo_margin); None when it did not complete.
     margin: float | None = None
@@ -120,9 +121,8 @@ def run_study(
     ensure_study_attrs(study, Run(options, space, Path(space.name), LaunchTarget(), host))
     if method.baseline:
         queue_baseline_and_retries(study, lambda: default_trial_params(space, model_memory, gpu_gb))
-    guide = make_guide(space, host, GuideSettings.of(options))
-    if guide is not None and method.guide:
-        guide.config = replace(guide.config, **dict(method.guide))
+    settings = GuideSettings.of(options)
+    guide = make_guide(space, host, replace(settings, model=settings.model and method.model))
     if guide is not None and guide.estimator is not None and method.wrong_estimate:
         guide.estimator.bias = Calibration(0.6, prefill_fraction=1.0, accept_rate=0.7)
         guide.estimator.calibration = Calibration(prefix_reuse=0.0)
@@ -163,5 +163,6 @@ def _log(t: optuna.trial.FrozenTrial, serve: OracleMeasurer, oracle: Oracle) -> 
         duplicate=duplicate,
         params=dict(t.params),
         guided_by=attrs.get(record.GUIDED_BY),
+        guided_from=attrs.get(record.GUIDED_FROM),
         margin=record.least_slo_margin(t) if t.state == TrialState.COMPLETE else None,
     )

@@ -27,7 +27,7 @@ from tuner.predict.estimate import Estimator
 from tuner.predict.gpu_specs import gpu_spec
 from tuner.predict.memory import estimate_memory
 from tuner.space.model import suggest_flags
-from tuner.study.guide import Guide, GuideConfig, complete_flags
+from tuner.study.guide import Guide, complete_flags
 from tuner.study.run import Run
 from tuner.study.sampler import grid_points_left, make_sampler
 
@@ -64,7 +64,7 @@ def first_configurations(run: Run, count: int = 6) -> list[Proposal]:
     if options.warm_start and model is not None and spec is not None:
         estimator = Estimator(space, model, spec, gpu_memory_gb or spec.memory_gb)
         guide = Guide(space, estimator, seed=options.seed)
-        for params in guide.first_picks(GuideConfig.warm_start):
+        for params in guide.first_picks(guide.warm_start):
             offer(complete_flags(space, params), "estimate")
     seed = None if options.seed is None else (options.seed * 1_000_003) % 2**32
     study = optuna.create_study(  # in memory: nothing is written anywhere

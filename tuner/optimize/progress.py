@@ -95,6 +95,8 @@ class OptimizeDisplay:
                 if data.get("is_default")
                 else format_flags(data["flags"]),
                 "status": "checking",
+                # The rule that proposed it (tuner/study/policy.py), shown beside its flags.
+                "rule": data.get("guided_by") or "",
             }
         elif kind == "launching":
             self._status(data, "launching server")
@@ -190,7 +192,8 @@ class OptimizeDisplay:
         if self.stopped:
             parts.append(Text(self.stopped, style="green"))
         for number, trial in sorted(self.current.items()):
-            parts.append(Text(f"#{number} {trial['flags']}"))
+            rule = f" [{trial['rule']}]" if trial.get("rule") else ""
+            parts.append(Text(f"#{number}{rule} {trial['flags']}"))
             parts.append(Text(f"  {trial['status']}", style="yellow"))
         if self.best:
             table = Table(title="best so far", box=None, show_header=True)

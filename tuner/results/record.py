@@ -24,6 +24,9 @@ Trial user attrs:
                   --host/--port/--api-key (the export adds those from the environment)
     FLAGS         {flag name without dashes, e.g. "mem_fraction_static": value}, tuned + fixed
     IS_DEFAULT    True for the baseline trial that runs sglang's defaults
+    GUIDED_BY     the name of the rule that proposed the trial ("defaults", "estimate",
+                  "polish:window", "sampler", ...: tuner/study/policy.py RULES)
+    GUIDED_FROM   the number of the trial that rule moved from, when it moved from one
     OUTCOME       one of OUTCOMES
     FAILURE_CLASS one of FAILURE_CLASSES or None
     FAILURE_MSG   one line, the error the server or the checks gave
@@ -33,9 +36,8 @@ Trial user attrs:
                   total_throughput, median_tpot_ms, p99_ttft_ms, ...), of everything measured
     STAGES        list of per-stage summaries (same keys as METRICS, cumulative up to the stage)
     PRUNED        {"stage": int, "reason": str, "time_saved_s": float, "rule": CUT_DOMINATED,
-                  CUT_FRONT or CUT_SLO, "up": float | None (after the first two: the factor
-                  that bounds the full run's throughput by the stage's, `throughput_bound`)}
-                  when the stage pruner stopped the trial (tuner/trial/pruning.py)
+                  CUT_FRONT or CUT_SLO} when the stage pruner stopped the trial
+                  (tuner/trial/pruning.py)
     RATE_STEPS    a capacity study's rate steps, in the order run (tuner/trial/capacity.py
                   RateStep): {"rate": req/s, "met": bool, "broke": "p99_ttft_ms <= 3000" | None,
                   "stopped_early": bool, "completed": int, "requests": int, "duration_s": float,
@@ -120,12 +122,11 @@ SURPLUS = "surplus"  # a trial asked for beyond the budget by a concurrent worke
 OWNER = "owner"  # {"host", "pid", "start", "boot"} of the process running the trial
 HEARTBEAT = "heartbeat"  # Unix time of the owner's last sign of life
 ABANDONED = "abandoned"  # why a RUNNING trial was found without a live owner (FAIL, retried)
-GUIDED_BY = (
-    # "estimate", "polish", "stop-check", "blind-check", "neighbour-check", "edge-check",
-    # "edge-probe" or "remeasure-check": the guide queued this trial (tuner/study/guide.py,
-    # tuner/study/stopping.py)
-    "guided_by"
-)
+# The name of the rule that proposed the trial: one of the search's rules, the table
+# `RULES` of tuner/study/policy.py ("defaults", "estimate", "polish:window", "sampler", ...;
+# studies written before it hold "polish" and "model" too).
+GUIDED_BY = "guided_by"
+GUIDED_FROM = "guided_from"  # the number of the trial the rule moved from, when it moved
 # `guided_by` of a trial that measures a configuration again on purpose: the stop rule's
 # re-measurement of a trial that missed an SLO by less than a rerun's noise. It is launched
 # even though a trial with the same flags finished (tuner/trial/objective.py).
@@ -182,22 +183,6 @@ def learned_from(trial: FrozenTrial) -> bool:
         and cut.get("rule") == CUT_SLO
         and bool(trial.user_attrs.get(METRICS))
     )
-
-
-def throughput_bound(trial: FrozenTrial) -> float | None:
-    """The most output throughput the full run of a trial the front or the dominated cut
-    stopped could have measured: its last stage's times the largest factor by which a full
-    run ended above its stage (PRUNED["up"]). Not what it would have measured, but more than
-    it: enough to tell the residual model (tuner/study/residuals.py) that the configuration
-    is no better than that. None for any other trial, or without the factor or the stage."""
-    cut = trial.user_attrs.get(PRUNED)
-    if trial.state.name != "PRUNED" or not isinstance(cut, dict):
-        return None
-    up = cut.get("up")
-    if cut.get("rule") not in (CUT_DOMINATED, CUT_FRONT) or not isinstance(up, (int, float)):
-        return None
-    stage = float((trial.user_attrs.get(METRICS) or {}).get("output_throughput") or 0.0)
-    return stage * float(up) if stage > 0 and up > 0 else None
 
 
 # optuna-dashboard 0.21 reads only this list-style system attr (floats, <= 0 feasible); Optuna 5

@@ -10,9 +10,7 @@ trials in three cases.
   *partner* (`window_partner`): where no number between the two meets every SLO, the local
   search tries the partner with another choice of a categorical param.
 - An *edge*: the best trial meets the SLOs and a trial a number away with more throughput breaks
-  one; the best value of such a number sits on the SLO's edge between them. With `nearer`, a
-  trial between the two that breaks the same SLO narrows the edge whatever it measured (the
-  stage pruner stops such a trial after a stage whose throughput is below a full run's).
+  one; the best value of such a number sits on the SLO's edge between them.
 - A *carried edge*: a trial that serves about what the best does and sits further inside the
   SLO that bounds the best's number (lpm at the same running cap, with a lower p99 TPOT) has
   its edge further out: it is tried at the nearest value past the best's edge.
@@ -44,17 +42,14 @@ from tuner.study.standing import (
 
 
 def past_edge(
-    space: SearchSpace,
-    scored: list[tuple[FrozenTrial, Standing]],
-    top: float,
-    bounds: bool = False,
+    space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]], top: float
 ) -> list[tuple[FrozenTrial, float]]:
     """(trial, the throughput it measured) of the trials over an SLO that measured more than
-    `top`, best standing first (with `bounds`, a cut trial's bound: `past_throughput`)."""
+    `top`, best standing first (`past_throughput`)."""
     return [
         (t, past)
         for t, s in scored
-        if s[0] == 0 and (past := past_throughput(space, t, bounds)) is not None and past > top
+        if s[0] == 0 and (past := past_throughput(space, t)) is not None and past > top
     ]
 
 
@@ -68,14 +63,11 @@ def boundary_trial(
     return beyond[0][0] if beyond else None
 
 
-def window_moves(
-    space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]], wide: bool = False
-) -> list[Params]:
-    """Window moves (LocalSearchConfig.window_level) from the best trial, while it breaks an
-    SLO: for each trial one number away that breaks only other SLOs, that number halfway. With
-    `wide`, a trial that breaks only other SLOs and differs in more than one number marks a
-    window too: each number in which it differs is set halfway to the nearest value of it such
-    a trial has on either side (`LocalSearchConfig.window_wide`)."""
+def window_moves(space: SearchSpace, scored: list[tuple[FrozenTrial, Standing]]) -> list[Params]:
+    """Window moves from the best trial, while it breaks an SLO: for each trial one number away
+    that breaks only other SLOs, that number halfway. A trial that breaks only other SLOs and
+    differs in more than one number marks a window too: each number is set halfway to the
+    nearest value of it such a trial has on either side of the best's."""
     best, mine = scored[0]
     if mine[0] != 0:
         return []
@@ -85,15 +77,14 @@ def window_moves(
         middle = halfway(space, best, t)
         if middle is not None:
             out.append(middle)
-    if wide:
-        seen = {key(p) for p in out}
-        numbers = [n for n in best.params if space.params[n].kind in ("int", "float")]
-        for name in numbers:
-            for value in _nearest_sides(name, best.params, partners):
-                middle = halfway_in(space, best.params, name, value)
-                if middle is not None and key(middle) not in seen:
-                    seen.add(key(middle))
-                    out.append(middle)
+    seen = {key(p) for p in out}
+    numbers = [n for n in best.params if space.params[n].kind in ("int", "float")]
+    for name in numbers:
+        for value in _nearest_sides(name, best.params, partners):
+            middle = halfway_in(space, best.params, name, value)
+            if middle is not None and key(middle) not in seen:
+                seen.add(key(middle))
+                out.append(middle)
     return out
 
 
@@ -144,20 +135,16 @@ def edge_moves(
     scored: list[tuple[FrozenTrial, Standing]],
     tie: float = 0.0,
     margin: float = 0.0,
-    bounds: bool = False,
     carry_tie: float = 0.0,
-    nearer: bool = False,
 ) -> list[tuple[Params, float]]:
     """The edge moves, each with the throughput the trial past the edge measured: what the move
     can gain at most. A number whose larger values buy throughput until an SLO breaks (a running
     cap against a TPOT limit) has its best value at the SLO's edge, between the best trial and
     the nearest trial past the edge: it is bisected, as the window between two broken SLOs is.
     The moves start from the best trial and from the trials within `tie` of its throughput
-    (LocalSearchConfig.edge_tie), and lead to a trial past the edge that measured more than the
-    best (with `bounds`, a cut trial's bound: `past_throughput`). A trial within `margin` of a
-    limit counts as past it (`sure_view`). With `nearer`, each edge is bisected against the
-    nearest trial past it on its line too (`first_broken_on_line`), whatever that one measured. With
-    `carry_tie`, the carried edges follow (`carried_edges`)."""
+    (the local search's edge tie), and lead to a trial past the edge that measured more than the
+    best. A trial within `margin` of a limit counts as past it (`sure_view`). With `carry_tie`,
+    the carried edges follow (`carried_edges`)."""
     scored = sure_view(scored, margin)
     best, mine = scored[0]
     if mine[0] != 1 or not best.values:
@@ -166,17 +153,13 @@ def edge_moves(
     bases = [t for t, s in scored if s[0] == 1 and s[1] >= top * (1 - tie)]
     out: list[tuple[Params, float]] = []
     seen: set[tuple[Any, ...]] = set()
-    beyond = past_edge(space, scored, top, bounds)
+    beyond = past_edge(space, scored, top)
     for base in bases:
         for t, past in beyond:
-            closer = first_broken_on_line(space, scored, base, t) if nearer else t
-            for middle in (
-                halfway(space, base, t),
-                None if closer is t else halfway(space, base, closer),
-            ):
-                if middle is not None and key(middle) not in seen:
-                    seen.add(key(middle))
-                    out.append((middle, past))
+            middle = halfway(space, base, t)
+            if middle is not None and key(middle) not in seen:
+                seen.add(key(middle))
+                out.append((middle, past))
     if carry_tie > 0:
         near = [t for t, s in scored if s[0] == 1 and s[1] >= top * (1 - carry_tie)]
         for params, past in carried_edges(space, bases, near, beyond, margin):
@@ -184,37 +167,6 @@ def edge_moves(
                 seen.add(key(params))
                 out.append((params, past))
     return out
-
-
-def first_broken_on_line(
-    space: SearchSpace,
-    scored: list[tuple[FrozenTrial, Standing]],
-    base: FrozenTrial,
-    far: FrozenTrial,
-) -> FrozenTrial:
-    """Of the trials on the line from `base` to `far` (which differ from `base` in `far`'s one
-    number alone, strictly between the two) that break an SLO `far` breaks, in their full run
-    or in the last stage they ran, the nearest to `base`; `far` when there is none. The SLO's
-    edge lies between `base` and that trial, whatever throughput it measured: a running cap of
-    55 past the TPOT limit in its first stage, stopped there by the front cut, between a
-    feasible 47 and a 64 past the limit, left the edge between 47 and 64, whose halfway is 55
-    again, and the bisection ended there (a held-out retrieval cell on an H100, 0.941 of the
-    full study)."""
-    diff = differs_in(base, far)
-    if len(diff) != 1 or space.params[diff[0]].kind not in ("int", "float"):
-        return far
-    name, broken = diff[0], broken_slos(far)
-    here, there = float(base.params[name]), float(far.params[name])
-    nearest, gap = far, abs(there - here)
-    for t, s in scored:
-        value = t.params.get(name)
-        if s[0] != 0 or not isinstance(value, int | float) or differs_in(base, t) != [name]:
-            continue
-        if not min(here, there) < float(value) < max(here, there) or abs(value - here) >= gap:
-            continue
-        if broken_slos(t) & broken:
-            nearest, gap = t, abs(float(value) - here)
-    return nearest
 
 
 def carried_edges(
@@ -275,10 +227,10 @@ def valley_moves(
     margin: float = 0.0,
     flat: float = 0.0,
 ) -> list[tuple[Params, float]]:
-    """The valley moves (LocalSearchConfig.valley_level), each with the lesser throughput of
+    """The valley moves, each with the lesser throughput of
     its two trials, the most first. Trials that differ in one number only (a param left out
     counts as one set to None) are a row; where no trial of a row meets every SLO by `margin`
-    of its limit or more (`LocalSearchConfig.edge_margin`: closer, it may be past it), the one
+    of its limit or more (closer, it may be past it), the one
     that misses by least and its neighbours in the row (the nearest values measured) are
     pairs. A pair counts when both miss the same SLOs (or come within `margin` of them), each
     by less than `near` of its limit; both measured more than `flat` above the best trial that
@@ -356,21 +308,6 @@ def halfway_in(
     # Params the new value switches on (adaptive speculation at 3 draft steps, not at 2 or 4)
     # take a value here: left out, the sampler would draw one, and the proposal would never
     # match the trial it becomes, so it would be proposed again and again.
-    return complete(space, {**params, name: value}, params)
-
-
-def step_toward(
-    space: SearchSpace, params: Mapping[str, Any], name: str, other: float
-) -> Params | None:
-    """`params` with the number `name` moved one step of its range (its `step`, 1 for an int,
-    a hundredth of the range for a float without one) towards `other`; None when `other` is
-    that step or less away."""
-    spec, a = space.params[name], float(params[name])
-    low, high = float(spec.low or 0), float(spec.high or 0)
-    size = float(spec.step or (1 if spec.kind == "int" else (high - low) / 100))
-    value = snap(spec, a + math.copysign(size, other - a))
-    if equal(float(value), a) or abs(float(value) - a) >= abs(other - a) - 1e-9:
-        return None
     return complete(space, {**params, name: value}, params)
 
 

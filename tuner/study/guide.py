@@ -3,21 +3,21 @@
     guide = Guide(space, estimator, seed=0)       # estimator None: polish only
     run_trials(study, objective, 40, guide=guide)
 
-- **Warm start** (needs an `Estimator`, tuner/predict/estimate.py): the `warm_start` trials after
+- **Warm start** (needs an `Estimator`, tuner/predict/estimate.py): the 4 trials after
   sglang's defaults are the estimate's best configurations not yet tried, each chosen after the
   estimate was refitted to everything measured so far (bandwidth fraction, prefill cost,
   speculative acceptance, prefix reuse, and a correction per categorical value). The best is
   searched on the estimate alone: random candidates (range ends drawn often), then hill climbs
   from the best few and from the best with each categorical choice. Until the polish starts, one
-  trial in `estimate_every` is again the refitted estimate's best untried configuration. The
+  trial in four is again the refitted estimate's best untried configuration. The
   sampler explores the others, and sees the guided trials like its own.
-- **Polish** (from `polish_from` measured trials on, `polish_share` of the trials): the local
+- **Polish** (from the 8th measured trial on, three trials in four): the local
   search of tuner/study/local_search.py, one move from the best trial (or from another branch's
   best, or from the SLO boundary), its moves of one level ordered by the estimate when there is
   one. Without an estimate (a GPU missing from the spec table) it starts right after sglang's
   defaults: TPE alone rarely finds the SLO-feasible corner of a space in 40 trials.
 
-- **Corrected estimate** (`model_share` of the trials the sampler would draw after the warm
+- **Corrected estimate** (every trial the sampler would draw after the warm
   start): the configuration whose expected improvement, by the estimate corrected with a
   Gaussian process on its measured residuals (tuner/study/residuals.py), times the
   probability that every SLO holds, is highest. It sees what the formula leaves out once trials
@@ -25,7 +25,8 @@
 
 A guided trial is an ordinary queued trial (`study.enqueue_trial`): it is checked, skipped, or
 launched and measured as any other, and counts against the budget the same way. Its user attr
-`guided_by` says which rule chose it.
+`guided_by` names the rule that chose it, and `guided_from` the trial it moved from: the rules
+and their order are the table of tuner/study/policy.py.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import logging
 import math
 import random
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -51,11 +52,13 @@ from tuner.results.goals import (
 )
 from tuner.space.model import ParamSpec, SearchSpace, active_values, same_value
 from tuner.study.budget import measured_count
-from tuner.study.local_search import LocalSearch, LocalSearchConfig
+from tuner.study.local_search import EDGE_TIE, LocalSearch
 from tuner.study.moves import neutral
-from tuner.study.near_misses import remeasure_check, step_back_check
+from tuner.study.near_misses import remeasure_check
 from tuner.study.options import StudyOptions
+from tuner.study.policy import CORRECTED_ESTIMATE, ESTIMATE, is_guided
 from tuner.study.residuals import ResidualModel, estimate_flags
+from tuner.study.standing import best_feasible, within_slos
 from tuner.study.stopping import (
     BLIND_CHECK,
     EDGE_CHECK,
@@ -63,7 +66,6 @@ from tuner.study.stopping import (
     NEIGHBOUR_CHECK,
     VALLEY_CHECK,
     Outlook,
-    within,
 )
 from tuner.trial.identical import launches
 from tuner.trial.same_run import SameRunRules
@@ -71,109 +73,20 @@ from tuner.trial.same_run import SameRunRules
 _log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class GuideConfig:
-    warm_start: int = 4  # trials after the default picked by the estimate (0: none)
-    # Measured trials before the polish starts (0: never): right after the warm start and one
-    # estimate pick, since an estimate that is wrong in structure stays wrong after its refit
-    # (benchmarks/quality: 24 left the seed space at 10 s at 0.83 of its optimum at 20 trials).
-    polish_from: int = 8
-    # Then this share of the trials is the local search's (tuner/study/local_search.py).
-    polish_share: float = 0.75
-    local: bool = True  # the polish is the local search; False: a random neighbour of the best
-    local_search: LocalSearchConfig = field(default_factory=LocalSearchConfig)
-    estimate_every: int = 4  # between the two, one trial in this many is the estimate's (0: none)
-    candidates: int = 3000  # random configurations the estimate ranks
-    # Each number of a candidate is one of its range's ends this often: optima sit there often
-    # (the largest memory fraction, a cap at the client count), and a uniform draw seldom does.
-    ends: float = 0.3
-    climbs: int = 4  # the best candidates, each then hill-climbed on the estimate
-    # The local search ignores the estimate while no trial meets the SLOs (see `_polish`).
-    unranked_until_feasible: bool = True
-    # Of the trials after the warm start that are neither the estimate's nor the polish's,
-    # this share is the corrected estimate's pick (tuner/study/residuals.py); the sampler
-    # draws the others. 0: the sampler draws them all.
-    model_share: float = 1.0
-    model_candidates: int = 1000  # of the random candidates, those the corrected estimate ranks
-    # The corrected estimate reads a trial the front or the dominated cut stopped as measuring
-    # the most its full run could have (record.throughput_bound). Measured and left off
-    # (docs/design.md): the stopped studies spent more GPU hours in three 10 s cells of six and
-    # kept no more. False: it skips them.
-    cut_bounds: bool = False
-    # Before the stop rule stops, an SLO edge next to the best trial that the local search has
-    # not bisected is measured, when the trial past it measured more than `--min-gain` over the
-    # best (tuner/study/stopping.py EDGE_CHECK). False: the stop rule does not wait for edges.
-    edge_checks: bool = True
-    # Where no trial one number from the best marks an edge, one probe a study towards the trial
-    # past an edge with the most throughput: of the numbers the two set apart, the widest gap
-    # first whose move the estimate sees (tuner/study/stopping.py EDGE_PROBE). False: none.
-    edge_probes: bool = True
-    # Before the stop rule stops, the trial that missed an SLO by less than a rerun's noise
-    # (`SLO_NOISE`, 2% of the limit) with the most throughput, more than `--min-gain` over the
-    # best trial that meets every SLO by more, is measured again, once a study
-    # (tuner/study/near_misses.py): one measurement of a p99 tail cannot tell
-    # 10.9 ms from 11.1 ms against an 11 ms limit. False: no trial is measured twice.
-    remeasure_checks: bool = True
-    # When that re-measurement misses the SLO by less than `SLO_NOISE` again (over both
-    # measurements), the configuration one step from it towards the best trial that meets
-    # every SLO by more is measured, once a study (tuner/study/near_misses.py): a p99
-    # TPOT of 10.98 ms against 11 measured past the limit three times, while one running
-    # request less met it with the same throughput. Measured and left off
-    # (benchmarks/results/step_back.md): in 240 stopped studies it raised none, lowered two
-    # by 0.3% and cost launches in eight; the step back itself measured the limit missed.
-    # False: no step back.
-    step_back_checks: bool = False
-    # Before the stop rule stops, the best trial moved by one step in an int param of at most
-    # `neighbour_upto` values (draft steps 1-5) is measured where untried, this many times a
-    # study (tuner/study/stopping.py NEIGHBOUR_CHECK): the estimate ranks such a move, but
-    # where acceptance or a step's cost differs from its model in structure the best step
-    # count is one away from the estimate's (two stopped seed 10 s studies kept 3 and 5 draft
-    # steps, 0.977-0.978 of their full studies' 4). Over 10 seeds of the three spaces with
-    # draft steps, 39 of 180 stopped studies keep more of their full study's best, 5 less (by
-    # 0.001-0.009), and the seed 10 s cells' median shares of the GPU hours rise 4-12 points,
-    # to 38.9-49.4% (benchmarks/results/neighbour_checks.md); with no cap a study (every new
-    # best's neighbours) the same bests cost up to 58.9%. 0: none.
-    neighbour_checks: int = 1
-    neighbour_upto: int = 5
-    # The estimate's picks pass over a configuration it scores exactly as a measured trial (a
-    # memory fraction that leaves a full-attention model's KV pool unfilled either way), as
-    # they do for the capacity goal's caps above the slots sglang settles on. Measured and left
-    # off (benchmarks/results/fresh_picks.md): tpot-8b's stopped studies spent 2.7-2.8 points
-    # less of the GPU hours, but in slow constants' open loop one full study found nothing
-    # within the SLO and the median share rose above half. False: in closed and open loops
-    # the best untried configuration is picked however it scores.
-    fresh_picks: bool = False
-    # Configurations the refitted estimate cannot tell apart (`alike`: the same predicted
-    # figures and the same flags it does not read) form a *settled* group once two launches of
-    # it measured within `settled_tolerance` of each other in throughput and latency: the
-    # estimate sees nothing between them, and the study measured nothing either. A move of the
-    # polish into a settled group waits `settled_penalty` levels, and the corrected estimate's
-    # picks pass over such groups while it has others: seven HiCache ratios of one no-draft
-    # configuration, each measuring 223 tok/s, were launched in one study as noise handed
-    # the best trial from one ratio to the next. Measured on five seeds of the three spaces
-    # with draft steps and left off (benchmarks/results/settled.md): no stopped study lost,
-    # slow constants' 3 s cell gained most, but that traced seed itself stopped on another
-    # configuration past the limit, and tpot-8b's worst stopped seeds kept less. 0: off (25
-    # was measured: after every other move).
-    settled_penalty: float = 0.0
-    settled_tolerance: float = 0.03
-    # A measured trial is predicted with the params it left at a None choice among its
-    # recorded flags (tuner/study/residuals.py `estimate_flags`), as the estimate's fit and an
-    # untried configuration's flags read them. Off, the corrected estimate's expected gain
-    # counts that choice's correction twice: an untried no-draft configuration looked 5.5%
-    # better than its measured twin in a traced seed-space study. Measured and left off
-    # (benchmarks/results/none_choices.md): on, the stopped studies stop sooner and 7 of 240
-    # keep less than 0.98 of their full study's best against 4 (one seed 3 s study 0.000
-    # again), and two cells' median shares pass half; the double count acts as an optimism
-    # the stop rule's expected gain should carry on purpose. False: the recorded flags alone.
-    none_choices: bool = False
-    # The corrected estimate's expected improvement counts from its own prediction of the
-    # best SLO-feasible trial rather than that trial's measured figure (`ResidualModel.plug_in`):
-    # the most of many noisy launches is lucky, and a gain over it is expected too seldom.
-    # Measured and left off (benchmarks/results/plug_in.md, 5 seeds of three worlds and three
-    # spaces): with `none_choices` its losses stay; alone it changes no stopped study's best.
-    # False: the measured figure.
-    plug_in: bool = False
+# The policy's constants (each measured on the quality benchmark, docs/decisions.md).
+_WARM_START = 4  # the estimate's picks after sglang's defaults: enough to find its hill
+# Measured trials before the polish starts with an estimate: an estimate wrong in structure
+# stays wrong after its refit (24 left the seed space at 10 s at 0.83 of its optimum at 20).
+_POLISH_FROM = 8
+_POLISH_SHARE = 0.75  # from then on, this share of the trials is the local search's
+_ESTIMATE_EVERY = 4  # between the warm start and the polish, one trial in this many
+_CANDIDATES = 3000  # random configurations the estimate ranks before its hill climbs
+_ENDS = 0.3  # a candidate's number sits at a range end this often: optima often do
+_CLIMBS = 4  # the best candidates, each hill-climbed on the estimate
+_MODEL_SHARE = 1.0  # of the sampler's turns after the warm start, the corrected estimate's
+_MODEL_CANDIDATES = 1000  # of the random candidates, those the corrected estimate ranks
+_NEIGHBOUR_CHECKS = 1  # stop checks of the best trial one step away in a number of few values
+_NEIGHBOUR_UPTO = 5  # "few values": draft steps 1-5
 
 
 # Configurations whose flags the guide keeps: its candidates and climbs (a few thousand) with
@@ -182,22 +95,60 @@ _FLAG_CACHE_SIZE = 20_000
 
 
 class Guide:
+    """The search's trial-choice policy: which configuration the study measures next.
+
+    Before each ``study.ask()``, :meth:`before_ask` may queue one configuration, chosen by the
+    rules of tuner/study/policy.py in their order: the estimate's warm start and later picks,
+    the local search's polish (windows, edges, probes, valleys, partner flips, slot repairs,
+    moves), and the corrected estimate on the sampler's turns; on any other turn the study's
+    Optuna sampler draws. The queued trial records the rule in its ``guided_by`` user attr and
+    the trial it moved from in ``guided_from``. Before the stop rule stops a study, it asks
+    :meth:`outlook` for the checks of tuner/study/stopping.py and :meth:`queue_check` queues
+    the one it names.
+
+    Example:
+
+        .. code::
+
+            import optuna
+            from tuner.study import GuideSettings, run_trials
+            from tuner.study.guide import Guide
+
+            guide = Guide(space, estimator=None, settings=GuideSettings(seed=0))
+            study = optuna.create_study(directions=["maximize", "minimize"])
+            run_trials(study, objective, 40, guide=guide)
+            print({t.number: t.user_attrs["guided_by"] for t in study.trials})
+
+    Args:
+        space: The search space.
+        estimator: The performance estimate (tuner/predict/estimate.py), or None: without it
+            there is no warm start and the polish starts right after sglang's defaults.
+        settings: Which of its trials the study wants (:class:`GuideSettings`).
+        seed: Seed of its random candidates and tie-breaks.
+    """
+
     def __init__(
         self,
         space: SearchSpace,
         estimator: Estimator | None,
-        config: GuideConfig | None = None,
+        settings: GuideSettings | None = None,
         seed: int | None = None,
     ) -> None:
         self.space = space
         self.estimator = estimator
-        self.config = config or GuideConfig()
+        self.settings = settings = settings or GuideSettings()
+        # Without an estimate there is nothing to start from but what is measured: no warm
+        # start, and the local search from the first measured trial on.
+        self.warm_start = _WARM_START if estimator is not None else 0
+        polish_from = _POLISH_FROM if estimator is not None else 1
+        self.polish_from = polish_from if settings.polish else 0
+        self.model_share = _MODEL_SHARE if settings.model else 0.0
         self.rng = random.Random(seed)
         self._candidates: list[dict[str, Any]] | None = None
         self._seen: dict[tuple[Any, ...], dict[str, Any]] = {}  # configurations the climbs scored
         self._fitted_on = -1
         self._flag_cache: dict[tuple[Any, ...], dict[str, Any]] = {}
-        self._local = LocalSearch(space, self.config.local_search, seed=seed)
+        self._local = LocalSearch(space, seed=seed)
         self.same_run: SameRunRules | None = None  # set by make_guide when the host is known
         self._residuals: ResidualModel | None = None
         if estimator is not None:  # what the estimate cannot rank, measured early
@@ -213,48 +164,51 @@ class Guide:
         measured = measured_count(trials)
         if measured == 0:
             return
-        cfg = self.config
         tried = _tried(trials)
-        guided = sum(1 for t in trials if t.user_attrs.get(record.GUIDED_BY) == "estimate")
-        warm = guided < cfg.warm_start and measured <= cfg.warm_start
-        # Between the warm start and the polish, one trial in `estimate_every` is the refitted
+        guided = sum(1 for t in trials if t.user_attrs.get(record.GUIDED_BY) == ESTIMATE)
+        warm = guided < self.warm_start and measured <= self.warm_start
+        # Between the warm start and the polish, one trial in `_ESTIMATE_EVERY` is the refitted
         # estimate's best untried configuration; the sampler explores the others.
         later = (
-            cfg.estimate_every > 0
-            and measured > cfg.warm_start
-            and (not cfg.polish_from or measured < cfg.polish_from)
-            and measured % cfg.estimate_every == 0
+            measured > self.warm_start
+            and (not self.polish_from or measured < self.polish_from)
+            and measured % _ESTIMATE_EVERY == 0
         )
         if self.estimator is not None and (warm or later):
             self._refit(trials)
             params = self._best_candidate(tried, [t.params for t in trials])
             if params is not None:
-                self._enqueue(study, params, "estimate")
+                self._enqueue(study, params, ESTIMATE)
             return
-        if cfg.polish_from and measured >= cfg.polish_from and self._polish_turn(measured):
+        if self.polish_from and measured >= self.polish_from and self._polish_turn(measured):
             params = self._polish(trials, tried)
             if params is not None:
-                self._enqueue(study, params, "polish")
+                rule, base = self._local.proposed_by or ("polish:move", None)
+                self._enqueue(study, params, rule, base)
                 return
         if self._model_turn(trials, measured):
             params = self._model_pick(trials, tried)
             if params is not None:
-                self._enqueue(study, params, "model")
+                self._enqueue(study, params, CORRECTED_ESTIMATE)
 
     def _model_turn(self, trials: list[FrozenTrial], measured: int) -> bool:
         """`model_share` of the sampler's trials after the warm start, spread evenly."""
-        share = self.config.model_share
+        share = self.model_share
         if share <= 0 or is_capacity(self.space.objectives.throughput):
             return False
-        if measured <= self.config.warm_start:
+        if measured <= self.warm_start:
             return False
         # The sampler's turns so far: trials after the warm start no rule of the guide chose.
         sampled = sum(
             1
             for t in trials
-            if t.number >= self.config.warm_start and not t.user_attrs.get(record.GUIDED_BY)
+            if t.number >= self.warm_start and not is_guided(t.user_attrs.get(record.GUIDED_BY))
         )
-        model = sum(1 for t in trials if t.user_attrs.get(record.GUIDED_BY) == "model")
+        model = sum(
+            1
+            for t in trials
+            if t.user_attrs.get(record.GUIDED_BY) in (CORRECTED_ESTIMATE, "model")  # former name
+        )
         return math.floor((sampled + model + 1) * share) > model
 
     def _model_pick(
@@ -270,14 +224,7 @@ class Guide:
         if self.estimator is not None:
             self._refit(trials)
         if self._residuals is None:
-            self._residuals = ResidualModel(
-                self.space,
-                self.estimator,
-                self._flags,
-                cut_bounds=self.config.cut_bounds,
-                none_choices=self.config.none_choices,
-                plug_in=self.config.plug_in,
-            )
+            self._residuals = ResidualModel(self.space, self.estimator, self._flags)
         self._residuals.fit(trials)
         if not self._residuals.fitted:
             return None
@@ -285,23 +232,19 @@ class Guide:
             self._best_candidate(tried)  # draws the candidates and climbs the estimate
         if self._candidates is None:
             self._candidates = [
-                random_params(self.space, self.rng, ends=self.config.ends)
-                for _ in range(self.config.candidates)
+                random_params(self.space, self.rng, ends=_ENDS) for _ in range(_CANDIDATES)
             ]
         # Random configurations, the estimate's climbs so far, and the best trials' neighbours.
         measured = [t for t in trials if t.state == TrialState.COMPLETE and t.params]
         measured.sort(key=lambda t: t.values[0] if t.values else 0.0, reverse=True)
         near = [n for t in measured[:5] for n in neighbours(self.space, t.params, self.rng)]
-        drawn = (self._candidates or [])[: self.config.model_candidates]
+        drawn = (self._candidates or [])[:_MODEL_CANDIDATES]
         pool = [*drawn, *self._seen.values(), *near]
         # A flag the estimate cannot read, at a value no measured trial had: the residuals
         # know nothing of it either, and a pick there is a blind move (the polish's to make).
         known = {(name, repr(t.params.get(name))) for t in measured for name in self._local.blind}
         pool = [p for p in pool if all(
             (name, repr(p[name])) in known for name in self._off_neutral(p))]  # fmt: skip
-        settled = self._settled(trials)  # None without an estimate
-        if settled is not None:
-            pool = [p for p in pool if not settled(p)] or pool
         return self._residuals.best(pool, tried, self._known_runs(trials))
 
     def _known_runs(self, trials: list[FrozenTrial]) -> Callable[[Mapping[str, Any]], bool] | None:
@@ -340,10 +283,9 @@ class Guide:
         return tuple(item for item in key if item[0] not in self._local.blind)
 
     def _polish_turn(self, measured: int) -> bool:
-        """`polish_share` of the trials from `polish_from` on, spread evenly."""
-        done = measured - self.config.polish_from
-        share = self.config.polish_share
-        return math.ceil((done + 1) * share) > math.ceil(done * share)
+        """`_POLISH_SHARE` of the trials from `polish_from` on, spread evenly."""
+        done = measured - self.polish_from
+        return math.ceil((done + 1) * _POLISH_SHARE) > math.ceil(done * _POLISH_SHARE)
 
     def first_picks(self, count: int) -> list[dict[str, Any]]:
         """The warm start's first picks as the estimate ranks them before anything is measured
@@ -368,47 +310,41 @@ class Guide:
         configuration and the throughput gain it predicts over the best SLO-feasible trial,
         both scored by the same estimate (tuner/study/stopping.py). Before it, a move from the
         best trial the estimate cannot rank (not one the study measured worse from another
-        trial: `blind_known_skip`), then the best trial one step away in a number of few
-        values (`neighbour_checks` a study), then an SLO edge next to the best trial that is not
+        trial), then the best trial one step away in a number of few
+        values (`_NEIGHBOUR_CHECKS` a study), then an SLO edge next to the best trial that is not
         bisected, or a valley between two trials that both miss an SLO by a little
         (`LocalSearch.valley_move`), that could gain more than `min_gain`. None without an
         estimate or a feasible trial."""
         if self.estimator is None:
             return None
         trials = study.get_trials(deepcopy=False)
-        feasible = [
-            t
-            for t in trials
-            if t.state == TrialState.COMPLETE and t.values and record.feasible(t.constraints)
-        ]
-        if not feasible:
+        best = best_feasible(trials)
+        if best is None:
             return None
-        best = max(feasible, key=lambda t: t.values[0])
         tried = _tried(trials)
         unseen = self._local.blind_move(best, tried, trials)
         if unseen is not None:
             why = (
                 f"a move from trial {best.number} the estimate cannot rank ({unseen[0]}) is untried"
             )
-            return Outlook(unseen[1], math.inf, why, BLIND_CHECK)
+            return Outlook(unseen[1], math.inf, why, BLIND_CHECK, best.number)
         checked = sum(t.user_attrs.get(record.GUIDED_BY) == NEIGHBOUR_CHECK for t in trials)
         near = (
-            self._local.neighbour_move(best, tried, trials, self.config.neighbour_upto)
-            if checked < self.config.neighbour_checks
+            self._local.neighbour_move(best, tried, trials, _NEIGHBOUR_UPTO)
+            if checked < _NEIGHBOUR_CHECKS
             else None
         )
         if near is not None:
             why = f"trial {best.number} one step away in {near[0]} is untried"
-            return Outlook(near[1], math.inf, why, NEIGHBOUR_CHECK)
+            return Outlook(near[1], math.inf, why, NEIGHBOUR_CHECK, best.number)
         # The estimate cannot place an SLO's edge between two measured trials; a move towards
         # it can gain at most what the trial past the edge measured.
-        tie = self.config.local_search.edge_tie
         edges = (
             (
                 EDGE_CHECK,
-                self._local.edge_move(trials, tried) if self.config.edge_checks else None,
-                f"the SLO edge between trial {best.number} (or a trial within {tie:.0%} of its "
-                "throughput) and a trial past it with more throughput is not bisected",
+                self._local.edge_move(trials, tried),
+                f"the SLO edge between trial {best.number} (or a trial within {EDGE_TIE:.0%} of "
+                "its throughput) and a trial past it with more throughput is not bisected",
             ),
             (
                 VALLEY_CHECK,
@@ -428,15 +364,12 @@ class Guide:
                 moved = ", ".join(
                     f"{k}={v}" for k, v in sorted(edge[0].items()) if best.params.get(k) != v
                 )
-                return Outlook(edge[0], bound, f"{because} ({moved} is untried)", kind)
-        again = (
-            remeasure_check(self.space, trials, min_gain) if self.config.remeasure_checks else None
-        )
-        if again is None and self.config.step_back_checks:
-            again = step_back_check(self.space, trials, tried, min_gain)
+                why = f"{because} ({moved} is untried)"
+                return Outlook(edge[0], bound, why, kind, best.number)
+        again = remeasure_check(self.space, trials, min_gain)
         if again is not None:
             return again
-        if self.config.model_share > 0 and not self.estimator.capacity:
+        if self.model_share > 0 and not self.estimator.capacity:
             # The estimate corrected by the trials: its expected gain, uncertainty included.
             found = self._model_best(trials, tried)
             if found is not None:
@@ -451,9 +384,7 @@ class Guide:
         if params is None:
             return None
         # The best trial's own flags: sglang's defaults pass no tuned flag at all.
-        measured = self.estimator.score(
-            estimate_flags(best, self._flags({}), self.config.none_choices)
-        )
+        measured = self.estimator.score(estimate_flags(best, self._flags({})))
         expected = self.estimator.score(self._flags(params))
         if measured <= 0:
             return None  # the estimate cannot judge the configuration that is best
@@ -465,7 +396,7 @@ class Guide:
         """The stop rule's probe of an SLO edge (`LocalSearch.edge_probes`), once a study: of
         the numbers to move, the first whose move the estimate sees (a memory fraction above
         what the cap uses changes nothing it predicts, and would re-measure the same run)."""
-        if not self.config.edge_probes or self.estimator is None:
+        if self.estimator is None:
             return None
         if any(t.user_attrs.get(record.GUIDED_BY) == EDGE_PROBE for t in trials):
             return None
@@ -486,8 +417,7 @@ class Guide:
         sight = self._sight()
         if sight is None:
             return None
-        none = self.config.none_choices
-        return lambda t: sight(t.params, estimate_flags(t, self._flags(t.params), none))
+        return lambda t: sight(t.params, estimate_flags(t, self._flags(t.params)))
 
     def _sight(self) -> Callable[[Mapping[str, Any], Mapping[str, Any] | None], Hashable] | None:
         """What the estimate, as last fitted, sees of a configuration (its params, and its flags
@@ -507,35 +437,9 @@ class Guide:
 
         return seen
 
-    def _settled(self, trials: list[FrozenTrial]) -> Callable[[Mapping[str, Any]], bool] | None:
-        """Whether a configuration falls in a settled group (`GuideConfig.settled_penalty`);
-        None while the study has none, or the estimate sees no groups. Call after `_refit`."""
-        sight = self._sight() if self.config.settled_penalty > 0 else None
-        if sight is None:
-            return None
-        tolerance = self.config.settled_tolerance
-        measured: dict[Hashable, list[tuple[float, float]]] = {}
-        settled: set[Hashable] = set()
-        for t in trials:
-            if t.state != TrialState.COMPLETE or not t.values or len(t.values) < 2:
-                continue
-            group = sight(t.params, None)  # as a proposal's params are seen, flags and all
-            if group is None:
-                continue
-            thr, lat = float(t.values[0]), float(t.values[1])
-            if any(
-                within(thr, o_thr, tolerance) and within(lat, o_lat, tolerance)
-                for o_thr, o_lat in measured.get(group, ())
-            ):
-                settled.add(group)
-            measured.setdefault(group, []).append((thr, lat))
-        if not settled:
-            return None
-        return lambda params: sight(params, None) in settled
-
     def queue_check(self, study: optuna.Study, outlook: Outlook) -> None:
         """Measure the configuration the estimate expects a gain from, before the study stops."""
-        self._enqueue(study, outlook.params, outlook.check)
+        self._enqueue(study, outlook.params, outlook.check, outlook.base)
 
     # -- the estimate ----------------------------------------------------------------------
 
@@ -587,8 +491,7 @@ class Guide:
         assert self.estimator is not None
         if self._candidates is None:
             self._candidates = [
-                random_params(self.space, self.rng, ends=self.config.ends)
-                for _ in range(self.config.candidates)
+                random_params(self.space, self.rng, ends=_ENDS) for _ in range(_CANDIDATES)
             ]
         estimator = self.estimator
         scores: dict[tuple[Any, ...], float] = {}
@@ -603,7 +506,7 @@ class Guide:
         # Random configurations seldom hold the optimum's exact corner (a cap at the client
         # count, the largest memory fraction): climb from the best few, one move at a time,
         # and from the best with each categorical choice (the climbs end on different hills).
-        starts = ranked[: self.config.climbs]
+        starts = ranked[:_CLIMBS]
         for name, spec in self.space.params.items():
             for choice in spec.choices or () if spec.kind == "categorical" else ():
                 with_it = (p for p in ranked if name in p and same_value(p[name], choice))
@@ -622,7 +525,7 @@ class Guide:
             for key, params in self._seen.items()
             if key not in tried and self._as_estimated(key) not in seen_tried
         ]
-        if measured and (estimator.capacity or self.config.fresh_picks):
+        if measured and estimator.capacity:
             # A pick it scores exactly as a measured trial would teach it nothing new (caps
             # above the slots sglang settles on; a KV pool unfilled at either memory fraction).
             known = {round(score(dict(p)), 9) for p in measured}
@@ -654,48 +557,26 @@ class Guide:
     def _polish(
         self, trials: list[FrozenTrial], tried: set[tuple[Any, ...]]
     ) -> dict[str, Any] | None:
-        if self.config.local:
-            rank = None
-            # While no measured trial meets the SLOs, the estimate's picks have all missed them:
-            # its SLO model is refuted here, so the moves go in the model-free order.
-            refuted = self.config.unranked_until_feasible and not any(
-                t.state == TrialState.COMPLETE and t.values and record.feasible(t.constraints)
-                for t in trials
-            )
-            if self.estimator is not None and not refuted:
-                self._refit(trials)
-                estimator = self.estimator
-                rank = lambda params: estimator.score(self._flags(params))  # noqa: E731
-            self._local.rank = rank
-            settled = self._settled(trials) if rank is not None else None
-            penalty = self.config.settled_penalty
-            self._local.wait = (
-                None if settled is None else (lambda params: penalty if settled(params) else 0.0)
-            )
-            self._local.config = self.config.local_search
-            return self._local.propose(trials, tried)
-        feasible = [
-            t
-            for t in trials
-            if t.state == TrialState.COMPLETE and t.values and record.feasible(t.constraints)
-        ]
-        if not feasible:
-            return None
-        best = max(feasible, key=lambda t: t.values[0])
-        options = [n for n in neighbours(self.space, best.params, self.rng) if _key(n) not in tried]
-        if not options:
-            return None
-        if self.estimator is not None:
+        rank = None
+        # While no measured trial meets the SLOs, the estimate's picks have all missed them:
+        # its SLO model is refuted here, so the moves go in the model-free order.
+        refuted = not any(within_slos(t) for t in trials)
+        if self.estimator is not None and not refuted:
             self._refit(trials)
             estimator = self.estimator
-            scored = [(estimator.score(self._flags(n)), n) for n in options]
-            # A neighbour the memory estimate rejects would only be skipped before launch.
-            fitting = [pair for pair in scored if pair[0] >= 0] or scored
-            return max(fitting, key=lambda pair: pair[0])[1]
-        return self.rng.choice(options)
+            rank = lambda params: estimator.score(self._flags(params))  # noqa: E731
+        self._local.rank = rank
+        return self._local.propose(trials, tried)
 
-    def _enqueue(self, study: optuna.Study, params: dict[str, Any], rule: str) -> None:
-        study.enqueue_trial(params, user_attrs={record.GUIDED_BY: rule}, skip_if_exists=False)
+    def _enqueue(
+        self, study: optuna.Study, params: dict[str, Any], rule: str, base: int | None = None
+    ) -> None:
+        """Queue `params` as proposed by `rule` (tuner/study/policy.py), moved from trial
+        `base` when there is one."""
+        attrs: dict[str, Any] = {record.GUIDED_BY: rule}
+        if base is not None:
+            attrs[record.GUIDED_FROM] = base
+        study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=False)
 
 
 # ---- configurations of the space, without Optuna ------------------------------------------
@@ -868,18 +749,6 @@ def make_guide(space: SearchSpace, host: HostFacts, settings: GuideSettings) -> 
                     ", ".join(known_gpus()),
                 )
             estimator = Estimator(space, host.model, spec, host.gpu_memory_gb or spec.memory_gb)
-    if estimator is not None:
-        config = GuideConfig(
-            polish_from=GuideConfig.polish_from if settings.polish else 0,
-            model_share=GuideConfig.model_share if settings.model else 0.0,
-        )
-    else:
-        # Nothing to start from but what is measured: the local search from trial 1 on.
-        config = GuideConfig(
-            warm_start=0,
-            polish_from=1 if settings.polish else 0,
-            model_share=GuideConfig.model_share if settings.model else 0.0,
-        )
-    guide = Guide(space, estimator, config, seed=settings.seed)
+    guide = Guide(space, estimator, settings, seed=settings.seed)
     guide.same_run = SameRunRules.of(space, host.model, host.gpu_memory_gb)
     return guide

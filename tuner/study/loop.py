@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -32,7 +33,7 @@ from optuna.trial import TrialState
 from tuner.engines.model_config import ModelMemory
 from tuner.errors import UserError
 from tuner.results import record
-from tuner.results.goals import MAXIMIZE, MINIMIZE, goal_named, steadiest
+from tuner.results.goals import MAXIMIZE, MINIMIZE, goal_named, is_capacity, steadiest
 from tuner.results.pareto import Point, pareto_front
 from tuner.results.storage import describe_storage, open_storage, storage_file
 from tuner.results.study_lock import LOCK_SUFFIX, StudyLock, ensure_writable_file
@@ -41,9 +42,11 @@ from tuner.study.baseline import Baseline, default_trial_params
 from tuner.study.budget import FINISHED, SkipLimit, counts, measured_count, summary_counts
 from tuner.study.guide import Guide, GuideSettings, make_guide
 from tuner.study.options import StudyOptions, StudySummary
+from tuner.study.policy import DEFAULTS, RETRY, SAMPLER
 from tuner.study.recovery import OwnerHeartbeat, owner_tag, recover_abandoned, trial_owner
 from tuner.study.run import Run
 from tuner.study.sampler import grid_points_left, make_sampler
+from tuner.study.standing import within_slos
 from tuner.study.stopping import Measure, StopDecision, Stopping, StopRule
 from tuner.study.storage import (
     SignalSafeStorage,
@@ -68,6 +71,19 @@ def quiet_optuna() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
+def metric_name(metric: str) -> str:
+    """An objective's name with its unit, as optuna-dashboard shows it: "median_tpot_ms (ms)"."""
+    if metric.endswith("_ms"):
+        unit = "ms"
+    elif is_capacity(metric):
+        unit = "req/s"
+    elif metric.endswith("_throughput"):
+        unit = "tok/s"
+    else:
+        return metric
+    return f"{metric} ({unit})"
+
+
 def ensure_study_attrs(study: optuna.Study, run: Run) -> None:
     """Write the run's space, engine, objectives and SLOs into a new study; refuse a study
     created with another space (its trials would be compared with the wrong configurations)."""
@@ -89,6 +105,11 @@ def ensure_study_attrs(study: optuna.Study, run: Run) -> None:
             record.STUDY_SLOS,
             [{"metric": s.metric, "op": s.op, "limit": s.limit} for s in space.slos],
         )
+        # optuna-dashboard labels the objectives "Objective 0/1" unless the study names them.
+        objectives = (space.objectives.throughput, space.objectives.latency)
+        with warnings.catch_warnings():  # experimental since Optuna 3.2, and stable in use
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([metric_name(m) for m in objectives])
     elif attrs.get(record.STUDY_SPACE) != space.to_dict():
         raise UserError(
             f"study {study.study_name!r} was created with a different search space "
@@ -109,7 +130,8 @@ def queue_baseline_and_retries(study: optuna.Study, baseline: Baseline | None = 
     trials = study.get_trials(deepcopy=False)
     if not any(t.user_attrs.get(record.IS_DEFAULT) for t in trials):
         # sglang's defaults, no tuned flag: every result is compared with it.
-        study.enqueue_trial(baseline() if baseline else {}, user_attrs={record.IS_DEFAULT: True})
+        first = {record.IS_DEFAULT: True, record.GUIDED_BY: DEFAULTS}
+        study.enqueue_trial(baseline() if baseline else {}, user_attrs=first)
     retried = {t.user_attrs.get(record.RETRY_OF) for t in trials}
     for t in trials:
         if (
@@ -117,7 +139,7 @@ def queue_baseline_and_retries(study: optuna.Study, baseline: Baseline | None = 
             and t.user_attrs.get(record.INTERRUPTED)
             and t.number not in retried
         ):
-            attrs: dict[str, Any] = {record.RETRY_OF: t.number}
+            attrs: dict[str, Any] = {record.RETRY_OF: t.number, record.GUIDED_BY: RETRY}
             if t.user_attrs.get(record.IS_DEFAULT):
                 attrs[record.IS_DEFAULT] = True
             study.enqueue_trial(t.params, user_attrs=attrs, skip_if_exists=False)
@@ -312,6 +334,8 @@ def run_trials(
                 if guide is not None:
                     guide.before_ask(study)  # may queue a trial of its own (guide.py)
                 trial = study.ask()
+                if record.GUIDED_BY not in trial.user_attrs:  # no rule queued it: a draw
+                    trial.set_user_attr(record.GUIDED_BY, SAMPLER)
                 if _over_budget(study, trial.number, total):
                     # Another worker asked at the same moment; the later trial number steps back.
                     trial.set_user_attr(record.SURPLUS, True)
@@ -441,9 +465,7 @@ def summarize(
 ) -> StudySummary:
     trials = study.get_trials(deepcopy=False)
     counts = summary_counts(trials)  # by state, skips and repeats apart (budget.py)
-    feasible = [
-        t for t in trials if t.state == TrialState.COMPLETE and record.feasible(t.constraints)
-    ]
+    feasible = [t for t in trials if within_slos(t)]
     front = pareto_front([Point(t.number, tuple(t.values)) for t in feasible], (MAXIMIZE, MINIMIZE))
     on_front = {p.key for p in front}
     pareto = sorted((t for t in feasible if t.number in on_front), key=lambda t: -t.values[0])

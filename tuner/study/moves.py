@@ -28,11 +28,10 @@ class Move:
     switched_on: tuple[tuple[str, Any], ...] = ()  # values for params the move switches on
 
 
-def moves(space: SearchSpace, params: Mapping[str, Any], ordered_upto: int = 0) -> list[Move]:
+def moves(space: SearchSpace, params: Mapping[str, Any]) -> list[Move]:
     """Every one-param move from `params`, each with its level (lower is tried first). A
     categorical move that switches a number on comes also with that number at its range's
-    ends (level + 0.5): NEXTN at 1 and at 5 draft steps, not only at the middle. An int param
-    with at most `ordered_upto` values moves as ordered choices do."""
+    ends (level + 0.5): NEXTN at 1 and at 5 draft steps, not only at the middle."""
     out: list[Move] = []
     for name, value in params.items():
         spec = space.params.get(name)
@@ -45,7 +44,7 @@ def moves(space: SearchSpace, params: Mapping[str, Any], ordered_upto: int = 0) 
                 out += _with_children(space, params, move)
         else:
             seen = {repr(value)}
-            for level, target in _numeric_targets(spec, float(value), ordered_upto):
+            for level, target in _numeric_targets(spec, float(value)):
                 if repr(target) not in seen:
                     seen.add(repr(target))
                     move = Move(name, target, level)
@@ -105,14 +104,8 @@ def _categorical_moves(spec: ParamSpec, value: Any) -> list[Move]:
     return [Move(spec.name, c, float(abs(ordered.index(c) - at) - 1)) for c in others]
 
 
-def _numeric_targets(
-    spec: ParamSpec, value: float, ordered_upto: int = 0
-) -> list[tuple[float, Any]]:
+def _numeric_targets(spec: ParamSpec, value: float) -> list[tuple[float, Any]]:
     low, high = float(spec.low or 0), float(spec.high or 0)
-    step = int(spec.step or 1)
-    values = few_values(spec, ordered_upto)
-    if values is not None:
-        return [(abs(v - value) / step - 1, v) for v in values if v != value]
     geometric = spec.log and low > 0 and value > 0
     out: list[tuple[float, Any]] = []
     for end in (low, high):

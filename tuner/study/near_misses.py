@@ -1,37 +1,28 @@
-"""The stop rule's checks of near misses: a trial just past an SLO, measured again or stepped back.
+"""The stop rule's check of near misses: a trial just past an SLO, measured again.
 
 One measurement of a p99 tail cannot tell 10.9 ms from 11.1 ms against an 11 ms limit: sglang's
 run-to-run variation is 0.1-2.5% (`SLO_NOISE`, 2% of a limit, tuner/results/goals.py). Before
-the stop rule stops (tuner/study/stopping.py), once a study each:
+the stop rule stops (tuner/study/stopping.py), once a study:
 
 - *Re-measure* (`REMEASURE_CHECK`): of the configurations that served the whole benchmark,
   missed an SLO by less than `SLO_NOISE` and never measured within it, the one that missed by
   least is launched again, when it measured more than `--min-gain` over the reference trial (the
   best that meets every SLO by `SLO_NOISE` or more). The second launch records the mean of both
   measurements (tuner/trial/objective.py `_pooled`).
-- *Step back* (`STEP_BACK`): when the re-measured configuration still misses by less than
-  `SLO_NOISE` over both, it sits on the edge; the configuration one step from it towards the
-  reference trial, in the number that sets the two widest apart, is measured. A cap of 38
-  running missed an 11 ms p99 TPOT limit by 0.3-1.1% in three measurements while 37 met it by
-  1.2% with the same throughput (tpot-8b, HiCache 4x slower, seed 6). Off by default
-  (`GuideConfig.step_back_checks`): measured on the development matrix, it gained nothing
-  (benchmarks/results/step_back.md).
 
-Neither reads the estimate: each is a function of the space and the trials.
+It does not read the estimate: it is a function of the space and the trials.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.results import record
 from tuner.results.goals import SLO_NOISE, slo_margins, slo_words
 from tuner.space.model import SearchSpace
-from tuner.study.bisection import by_gap, step_toward
 from tuner.study.moves import key
-from tuner.study.stopping import REMEASURE_CHECK, STEP_BACK, Outlook
+from tuner.study.standing import within_slos
+from tuner.study.stopping import REMEASURE_CHECK, Outlook
 
 
 def remeasure_check(
@@ -41,7 +32,7 @@ def remeasure_check(
     if any(t.user_attrs.get(record.GUIDED_BY) == REMEASURE_CHECK for t in trials):
         return None
     measured = _served(trials)
-    feasible = [t for t in measured if record.feasible(t.constraints)]
+    feasible = [t for t in measured if within_slos(t)]
     passed = {key(t.params) for t in feasible}
     ref = _reference(feasible)
     if ref is None:
@@ -64,43 +55,8 @@ def remeasure_check(
         f"trial {miss.number} missed {slo_words(slo)} by {-margin:.1%}, less than a rerun's "
         f"noise, with {gain:+.1%} over trial {ref.number}: it is measured again",
         REMEASURE_CHECK,
+        miss.number,
     )
-
-
-def step_back_check(
-    space: SearchSpace, trials: list[FrozenTrial], tried: set[tuple[Any, ...]], min_gain: float
-) -> Outlook | None:
-    """The step back to make before stopping, or None (made already, no re-measurement yet,
-    the re-measured configuration met the SLOs or missed by more, or no step is untried)."""
-    again = [
-        t
-        for t in trials
-        if t.user_attrs.get(record.GUIDED_BY) == REMEASURE_CHECK
-        and t.state == TrialState.COMPLETE
-        and t.values
-    ]
-    if not again or any(t.user_attrs.get(record.GUIDED_BY) == STEP_BACK for t in trials):
-        return None
-    miss = again[-1]  # its constraints pool every measurement of its flags (objective.py)
-    ref = _reference([t for t in _served(trials) if record.feasible(t.constraints)])
-    if ref is None or not -SLO_NOISE <= record.least_slo_margin(miss) < 0:
-        return None
-    gain = float(miss.values[0]) / float(ref.values[0]) - 1
-    if gain <= min_gain:
-        return None
-    for name in by_gap(space, miss.params, ref.params):
-        step = step_toward(space, miss.params, name, float(ref.params[name]))
-        if step is not None and key(step) not in tried:
-            slo, margin = slo_margins(record.trial_constraints(miss), space.slos)[0]
-            return Outlook(
-                step,
-                gain,
-                f"measured again, trial {miss.number} still missed {slo_words(slo)} by "
-                f"{-margin:.1%}: it sits on the edge, and one step back in {name} "
-                f"({step[name]}) is measured",
-                STEP_BACK,
-            )
-    return None
 
 
 def _served(trials: list[FrozenTrial]) -> list[FrozenTrial]:

@@ -35,6 +35,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.results import record
 from tuner.results.study_lock import StudyLock
 from tuner.signals import deferred
+from tuner.study.policy import RETRY
 from tuner.study.storage import optuna_heartbeat_s, storage_of, trial_id
 from tuner.trial.objective import EventHook
 
@@ -202,6 +203,8 @@ def queue_retry(
         user_attrs[record.IS_DEFAULT] = True
     if trial.user_attrs.get(record.GUIDED_BY) == record.REMEASURE_CHECK:
         user_attrs[record.GUIDED_BY] = record.REMEASURE_CHECK  # launched again, not reused
+    else:
+        user_attrs[record.GUIDED_BY] = RETRY
     template = optuna.trial.create_trial(
         state=TrialState.WAITING,
         params=trial.params,

@@ -10,12 +10,7 @@ a structural TTFT term it lacks). This model learns the rest: for every complete
 log of measured over estimated throughput and of each latency SLO metric (p99 TTFT, TPOT), as
 a Gaussian process over the configuration (the local search's encoding: numbers scaled to 0-1,
 one column per categorical choice; a Matérn kernel with one length per column, plus noise).
-Its prior mean is 0: where nothing was measured nearby, the estimate stands as it is. With
-`cut_bounds`, a trial the stage pruner's front or dominated cut stopped counts too: its last
-stage times the widest stage-to-full-run factor the study has seen bounds what its full run
-could have measured (`record.throughput_bound`), and the throughput GP reads it as measuring
-that much (an optimistic figure). Off by default: measured on the six 10 s seed cells, the
-stopped studies spent more GPU hours and kept no more (docs/design.md).
+Its prior mean is 0: where nothing was measured nearby, the estimate stands as it is.
 Without an estimate (a GPU or model the tuner cannot estimate) the same GP is fitted to the
 measured values' logs themselves, centred on their mean: Bayesian optimization with SLO
 constraints.
@@ -40,29 +35,20 @@ from tuner.predict.estimate import Estimator
 from tuner.results import record
 from tuner.space.model import SearchSpace
 from tuner.study.moves import key
+from tuner.study.standing import within_slos
 from tuner.study.trend import Trend
 
 Params = dict[str, Any]
 
 
-def estimate_flags(
-    trial: FrozenTrial, fallback: Mapping[str, Any], none_choices: bool = False
-) -> Mapping[str, Any]:
+def estimate_flags(trial: FrozenTrial, fallback: Mapping[str, Any]) -> Mapping[str, Any]:
     """The flags a launched trial ran with, as the estimate reads them: the recorded flags
-    (`fallback` where none were recorded), and with `none_choices` each param the trial left
-    at a None choice (no draft: `speculative_algorithm` None). The recorded flags drop those,
-    while the estimate's fit reads every categorical choice, None too, from a trial's params
-    (tuner/predict/estimate.py `_features`), and so does its prediction of an untried
-    configuration's flags: without them, one configuration is predicted apart measured and
-    untried (5.5% for a no-draft configuration of the seed space's hybrid model, traced), and
-    the corrected estimate's expected gain counts that None choice's correction twice
-    (`GuideConfig.none_choices`)."""
+    (`fallback` where none were recorded). They drop a param left at a None choice (no draft),
+    which the estimate's prediction of an untried configuration reads: the corrected estimate's
+    expected gain then counts that choice's correction twice, an optimism the stop rule's
+    expected gain carries on purpose."""
     recorded = trial.user_attrs.get(record.FLAGS)
-    if not recorded:
-        return fallback
-    if not none_choices:
-        return recorded
-    return {**{k: None for k, v in trial.params.items() if v is None}, **recorded}
+    return recorded or fallback
 
 
 class ResidualModel:
@@ -71,20 +57,8 @@ class ResidualModel:
         space: SearchSpace,
         estimator: Estimator | None,
         flags_of: Callable[[Mapping[str, Any]], dict[str, Any]],
-        cut_bounds: bool = False,
-        none_choices: bool = False,
-        plug_in: bool = False,
     ) -> None:
         self.space = space
-        self.none_choices = none_choices  # `estimate_flags`
-        # The expected improvement's incumbent: the corrected estimate's own prediction of the
-        # best SLO-feasible trial (the most any such trial is predicted at), not the most one
-        # measured. Noise lifts the best of many launches above what its configuration serves
-        # (the winner's curse), and an improvement over that lucky figure is expected too rarely.
-        self.plug_in = plug_in
-        # Trials the front or the dominated cut stopped count for throughput at the most
-        # their full run could have measured (record.throughput_bound).
-        self.cut_bounds = cut_bounds
         self.estimator = estimator  # None: a GP on the measured values themselves
         self._flags = flags_of
         self._encoder = Trend.fit(space, [])
@@ -99,25 +73,14 @@ class ResidualModel:
         deterministic."""
         import numpy as np
 
-        done = tuple(t.number for t in trials if record.learned_from(t) or self._bound(t))
+        done = tuple(t.number for t in trials if record.learned_from(t))
         if done == self._fitted_on:
             return
         self._fitted_on = done
         rows: list[list[float]] = []
         targets: dict[str, list[float]] = {"throughput": [], **{m: [] for m in self._metrics}}
-        # Cut trials at their bound (`cut_bounds`): rows and targets of the throughput GP only.
-        bound_rows: list[list[float]] = []
-        bound_targets: list[float] = []
         best = None
-        feasible_rows: list[tuple[list[float], float]] = []  # (row, log of the estimate)
         for t in trials:
-            bound = self._bound(t)
-            if bound is not None and record.DUPLICATE_OF not in t.user_attrs:
-                expected = self._measured_expected(t)
-                if expected is not None and expected[0] > 0:
-                    bound_rows.append(self._encoder.row(t.params)[:-1])
-                    bound_targets.append(math.log(bound / expected[0]))
-                continue
             # Repeats, same-run ones too, are left out: fed to the GP as points of their own, the
             # default lost its best seeds in tpot-8b (docs/same-run.md).
             if not record.learned_from(t) or record.DUPLICATE_OF in t.user_attrs:
@@ -135,26 +98,18 @@ class ResidualModel:
             targets["throughput"].append(math.log(measured / expected[0]))
             for m, v in zip(self._metrics, values, strict=True):
                 targets[m].append(math.log(float(v or 0.0) / expected[1][m]))
-            if t.values and record.feasible(t.constraints):
+            if within_slos(t):
                 best = max(best or 0.0, float(t.values[0]))
-                feasible_rows.append((rows[-1], math.log(expected[0])))
         self._best = best
         self._models = {}
         if len(rows) < 2:
             return
+        x = np.array(rows)
         for name, y in targets.items():
-            more, more_y = (bound_rows, bound_targets) if name == "throughput" else ([], [])
-            x = np.array(rows + more)
-            self._models[name] = _gp(x, np.array(y + more_y), centred=self.estimator is None)
-        if self.plug_in and feasible_rows:
-            mu = self._models["throughput"].predict(np.array([r for r, _ in feasible_rows]))
-            self._best = max(math.exp(e + m) for (_, e), m in zip(feasible_rows, mu, strict=True))
-
-    def _bound(self, trial: FrozenTrial) -> float | None:
-        return record.throughput_bound(trial) if self.cut_bounds else None
+            self._models[name] = _gp(x, np.array(y), centred=self.estimator is None)
 
     def _measured_expected(self, t: FrozenTrial) -> tuple[float, dict[str, float]] | None:
-        return self._expected(estimate_flags(t, self._flags(t.params), self.none_choices))
+        return self._expected(estimate_flags(t, self._flags(t.params)))
 
     def _expected(self, flags: Mapping[str, Any]) -> tuple[float, dict[str, float]] | None:
         if self.estimator is None:  # no estimate: the residual is the measured value's log

@@ -13,18 +13,21 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.results import record
 from tuner.space.model import SearchSpace
 
-# True: a trial the SLO cut stopped stands by the violations its full run would likely have
-# ended at (tuner/trial/pruning.py `slo_cut`: its stage's loads times the median factor by
-# which the completed trials' full runs ended from that stage), not by its last stage's. Under
-# a closed loop a stage counts only the requests that finished: at 8 running slots of 48
-# clients the first stage's p99 TTFT was 2.3x a 15 s limit where the full run's was 11x, and
-# such a trial led the search without an estimate for 25 launches (the KV-dtype cell,
-# docs/quality.md). Measured and left off (benchmarks/results/window_wide.md): on the
-# development matrix it raised six model-free open-loop studies and lowered two, but on the
-# held-out open loop (one TTFT limit, Poisson arrivals) three model-free seeds of five found
-# nothing within the limit by 40 launches against one. False: the last stage's, as measured.
-EXPECTED_CUT = False
 Standing = tuple[int, float]  # (1, throughput) when SLO-feasible, (0, -violation) when not
+
+
+def within_slos(t: FrozenTrial) -> bool:
+    """The one definition of a feasible trial: it served the whole benchmark (COMPLETE, with
+    values) and met every constraint (the launch and each SLO; `record.feasible`). A trial
+    that `standing` ranks (1, throughput) is one of these."""
+    return t.state == TrialState.COMPLETE and bool(t.values) and record.feasible(t.constraints)
+
+
+def best_feasible(trials: Sequence[FrozenTrial]) -> FrozenTrial | None:
+    """The best feasible trial: of those `within_slos`, the most throughput (the first asked
+    on a tie); None when none is."""
+    feasible = [t for t in trials if within_slos(t)]
+    return max(feasible, key=lambda t: float(t.values[0])) if feasible else None
 
 
 def informative(t: FrozenTrial) -> bool:
@@ -47,11 +50,6 @@ def standing(t: FrozenTrial) -> Standing | None:
     constraints = slo_constraints(t)
     if constraints.get("launch", 0.0) > 0 or not attrs.get(record.METRICS):
         return None
-    if EXPECTED_CUT:
-        cut = attrs.get(record.PRUNED)
-        expected = cut.get("expected") if isinstance(cut, dict) else None
-        if isinstance(expected, dict) and expected:
-            constraints = {**constraints, **expected}
     violation = sum(max(v, 0.0) for k, v in constraints.items() if k != "launch")
     if violation > 0:
         return (0, -violation)
@@ -82,15 +80,13 @@ def broken_slos(t: FrozenTrial, margin: float = 0.0) -> frozenset[str]:
     return frozenset(k for k, v in slo_constraints(t).items() if k != "launch" and v > -margin)
 
 
-def past_throughput(space: SearchSpace, t: FrozenTrial, bounds: bool = False) -> float | None:
+def past_throughput(space: SearchSpace, t: FrozenTrial) -> float | None:
     """The throughput a trial past an SLO measured: its value when it completed; the figure of
-    its last stage when the SLO cut stopped it there (tuner/trial/pruning.py); with `bounds`,
-    the most its full run could have measured when the dominated or the front cut stopped it
-    (`record.throughput_bound`); else None."""
+    its last stage when the SLO cut stopped it there (tuner/trial/pruning.py); else None."""
     if t.state == TrialState.COMPLETE:
         return float(t.values[0]) if t.values else None
     if not record.learned_from(t):
-        return record.throughput_bound(t) if bounds else None
+        return None
     value = (t.user_attrs.get(record.METRICS) or {}).get(space.objectives.throughput)
     return float(value) if isinstance(value, int | float) and value > 0 else None
 
@@ -99,7 +95,7 @@ def sure_view(
     scored: list[tuple[FrozenTrial, Standing]], margin: float
 ) -> list[tuple[FrozenTrial, Standing]]:
     """`scored` with each trial within the SLOs by less than `margin` of a limit standing as
-    one just past it (LocalSearchConfig.edge_margin); unchanged when no trial is within them
+    one just past it (the local search's edge margin); unchanged when no trial is within them
     by more."""
     if margin <= 0:
         return scored

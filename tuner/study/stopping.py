@@ -8,12 +8,12 @@
 `--trials N` stays the cap. Before that, the study stops when all of these hold:
 
 0. a trial within the SLOs beats sglang's defaults (the default trial) in the measure by more
-   than a window's move must (`defaults_gain`): a study whose front is still the defaults has
-   not found what it is for yet, and ran on in the quality benchmark's worst stopped seeds
+   than a window's move must: a study whose front is still the defaults has not found what
+   it is for yet, and ran on in the quality benchmark's worst stopped seeds
    (0.66-0.76 of the full study's best: the defaults), so it goes on to `--trials` rather than
    recommend them; a front ahead of them by a rerun's noise is still theirs. After
-   `defaults_until` launches (24) the condition lapses: that many configurations that found
-   nothing better say the defaults are the answer, and the reason says so;
+   `min_trials + 2 * patience` launches (24) the condition lapses: that many configurations
+   that found nothing better say the defaults are the answer, and the reason says so;
 1. at least `min_trials` configurations were launched (sglang's defaults, the guide's warm
    start and its first refitted picks come before; skips and repeats do not count, as for the
    budget: tuner/study/budget.py);
@@ -47,16 +47,12 @@
    meets every SLO by more, is measured again (`REMEASURE_CHECK`): one p99 TPOT measurement
    cannot tell 10.9 ms from 11.1 ms against an 11 ms limit, and a study that took 37 and 38
    running as past it on one measurement each stopped at 34, 0.935 of its full study's best.
-   With `GuideConfig.step_back_checks` (off: it gained nothing on the development matrix),
-   when the re-measurement misses by less than the noise again, the trial one step from it
-   towards that best trial is measured (`STEP_BACK`): a cap of 38 that missed an 11 ms p99
-   TPOT limit by 0.3-1.1% in three measurements, while 37 met it by 1.2%.
-   Once a study (`GuideConfig.neighbour_checks`), the best trial moved by one step in a
-   number of at most `neighbour_upto` values (5) is measured where untried
+   Once a study, the best trial moved by one step in a
+   number of at most 5 values is measured where untried
    (`NEIGHBOUR_CHECK`: draft steps 3 -> 4, where the study's full run found 4 best).
-   A blind move's, a neighbour's, an edge's, a probe's, a valley's, a re-measurement's or a
-   step back's measurement (`BLIND_CHECK`, `NEIGHBOUR_CHECK`, `EDGE_CHECK`, `EDGE_PROBE`,
-   `VALLEY_CHECK`, `REMEASURE_CHECK`, `STEP_BACK`) does not count toward `max_checks`: it
+   A blind move's, a neighbour's, an edge's, a probe's, a valley's or a re-measurement's
+   measurement (`BLIND_CHECK`, `NEIGHBOUR_CHECK`, `EDGE_CHECK`, `EDGE_PROBE`,
+   `VALLEY_CHECK`, `REMEASURE_CHECK`) does not count toward `max_checks`: it
    tested no prediction, and each is measured once (a bisection halves the edge's gap each
    time). In the tpot-8b space the median stopped seed (shipped world) had kept 0.935 of
    the full study's best, stopping before the search bisected the edge. Counted, two blind
@@ -65,7 +61,7 @@
    and the study stopped at 0.948 of its full study's best: asked, it expected +4.4% from
    the memory fraction's top with 4 draft steps and HiCache, and measured it.
    Those checks other than the estimate's expected gain start before the window is quiet, once
-   its last `patience - early_checks` launches are (`early_checks` 2: from 4 quiet launches of
+   its last `patience - _EARLY_CHECKS` launches are (2: from 4 quiet launches of
    6): they are measured inside the window instead of after it.
    Without an estimate (no GPU found, no config.json: the local search alone) nothing is
    asked, and the study stops on conditions 0-2 (docs/quality.md: 33 of 60 stopped studies of the
@@ -73,7 +69,7 @@
 
 A study in which no launched trial met the SLOs has no front to judge by. It stops once it has
 launched `min_trials + patience` configurations, every one that served the whole benchmark
-missed an SLO by more than `out_of_reach` of its limit (2.0: it measured more than 3x an upper
+missed an SLO by more than `_OUT_OF_REACH` of its limit (2.0: it measured more than 3x an upper
 limit), and the last `patience` came no closer than a tenth of the way from the closest one
 before them: the limits are out of this space's reach (a limit written in the wrong unit, a
 model too large for the GPU), and the rest of the budget would search for what the trials say
@@ -86,7 +82,7 @@ it at launch 27 (a 50% margin stopped it at nothing; benchmarks/out_of_reach.py)
 
 A window trial the estimate cannot tell from a trial launched before it (the same predicted
 throughput and SLO metrics, and the same values of every flag the estimate does not read), and
-that measured within `remeasure_tolerance` (3%) of it in throughput and latency, moves nothing:
+that measured within `_REMEASURE_TOLERANCE` (3%) of it in throughput and latency, moves nothing:
 it re-measured what the study already knew, and what it adds over the earlier launch is
 measurement noise. Memory fractions of 0.84 and 0.87 that both run every client on the seed
 space's hybrid model are such a pair; windows of them kept studies going on moves of 1.4-1.6%
@@ -95,7 +91,7 @@ see, and the move counts: one more running slot (11 against 10 on the hybrid mod
 estimate counted 10 for both) measured 7.5% more, and a rule without the tolerance stopped
 there at 0.948 of what 40 trials found.
 
-For the same reason such launches are judged against the SLOs together (`pool_alike`): a
+For the same reason such launches are judged against the SLOs together: a
 launch within every SLO is no point of the front when the mean of its group's graded
 violations is past a limit by more than a rerun's noise (`SLO_NOISE`, 2% of the limit) over
 the square root of the group's size. One measurement of a p99 tail within a limit, among
@@ -134,6 +130,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.results import record
 from tuner.results.goals import SLO_NOISE
 from tuner.study.budget import counts
+from tuner.study.standing import within_slos
 
 Measure = Literal["front", "throughput", "latency"]
 _WHAT = {"front": "the front", "throughput": "the best throughput", "latency": "the best latency"}
@@ -150,9 +147,6 @@ VALLEY_CHECK = "valley-check"
 # the trial that missed an SLO by less than a rerun's noise with the most throughput over the
 # best trial that meets every SLO by more, measured again (once a study: tuner/study/near_misses.py)
 REMEASURE_CHECK = record.REMEASURE_CHECK
-# that trial moved one step towards the best trial that meets every SLO by more, when measured
-# again it still missed by less than a rerun's noise (once a study: tuner/study/near_misses.py)
-STEP_BACK = "step-back-check"
 # the best trial one step away in a number of few values (draft steps 3 -> 4): the estimate
 # ranks such a move, but a structure it lacks (acceptance that decays by position) moves
 # the best step count by one (tuner/study/local_search.py `neighbour_move`)
@@ -167,78 +161,29 @@ COUNTED_CHECKS = frozenset({STOP_CHECK})
 DEFAULT_MIN_GAIN = 0.02
 
 
+# The rule's constants (each measured on the quality benchmark, docs/decisions.md).
+# A window trial the estimate cannot tell from an earlier launch, measured within this share of
+# it in both objectives, re-measured what the study knew: it moves nothing.
+_REMEASURE_TOLERANCE = 0.03
+# No trial met the SLOs, and the closest broke one by more than this share of its limit (more
+# than 3x an upper limit) for min_trials + patience launches: the limits are out of reach.
+_OUT_OF_REACH = 2.0
+# Checks start this many launches before the window ends, once the rest of it is quiet: inside
+# the window rather than after it (a TPOT cell's median stopped study 61.9% -> 51.3% of the
+# GPU hours, the same best kept).
+_EARLY_CHECKS = 2
+
+
 @dataclass(frozen=True)
 class StopRule:
     """When a study may stop before `--trials`; `min_gain` 0 turns the rule off."""
 
-    min_gain: float = DEFAULT_MIN_GAIN  # a relative move of the front worth the rest of the budget
+    min_gain: float = DEFAULT_MIN_GAIN  # a move of the front worth the rest of the budget
     min_trials: int = 12  # launched trials before the rule may stop the study
-    # The window: launched trials that must have moved the front too little. 6: at 8 the six
-    # 10 s cells' stopped studies spent 41-57% of the full studies' GPU hours, at 6 36-48%,
-    # every seed keeping 0.98 of the full study's best either way (docs/design.md).
-    patience: int = 6
-    # Estimate-led trials in the window that moved nothing: then stop believing it. 1: at 2
-    # the open loop's stopped studies spent 39-59% of the full studies' GPU hours in the six
-    # worlds' median seeds, at 1 35-52%, and the 10 s and tpot-8b cells kept what they kept
-    # (benchmarks/results/stop_checks.md).
-    max_checks: int = 1
-    measure: Measure = "front"
+    patience: int = 6  # the window: launches that must have moved the front too little
+    max_checks: int = 1  # estimate-led launches in the window that found nothing: stop then
+    measure: Measure = "front"  # what a move is measured in: the front or one objective
     noise: float = 0.0  # relative run-to-run noise of one measurement, when known
-    # A window trial the estimate cannot tell from an earlier launch, measured within this
-    # share of it in both objectives, is a re-measurement: it moves nothing.
-    remeasure_tolerance: float = 0.03
-    # No trial met the SLOs and the closest broke one by more than this share of its limit
-    # (2.0: it measured more than 3x an upper limit): after min_trials + patience launches
-    # that came no closer, the limits are out of reach. None: off.
-    out_of_reach: float | None = 2.0
-    # How far a trial within the SLOs must beat sglang's defaults (the default trial) before the
-    # study may stop. None: as far as a window's move must (`max(min_gain, 2 * noise)`): a
-    # memory fraction of the defaults' run that measured 1.6% above them by noise alone
-    # stopped a study at the defaults, 0.66 of its full study's best
-    # (benchmarks/results/beat_defaults.md). 0: any margin.
-    defaults_gain: float | None = None
-    # Launches after which a front that is still the defaults may stop all the same: that many
-    # configurations found nothing better, and the defaults are this space's answer as far as
-    # the trials show. None: `min_trials + 2 * patience` (24). Without it a space whose defaults
-    # are already near its best never stopped (a chat space in a world of slower kernels: the
-    # defaults at 0.995 of the optimum, 2 of 5 seeds ran all 40 trials;
-    # benchmarks/results/defaults_lapse.md).
-    defaults_until: int | None = None
-    # Launches before the window ends at which its checks may start: once the last
-    # `patience - early_checks` launches moved the front by no more than a window's move, the
-    # checks the rule would ask for before stopping (a blind move, an edge, a probe, a valley,
-    # a re-measurement; not the estimate's expected gain, which counts) are measured then, inside
-    # the window, rather than after it. 0: only once the whole window is quiet, and then the
-    # checks came after a quiet window of 6: in a Llama TPOT cell on 64 clients five stopped
-    # studies ran 5-8 of them after it and spent 54.8-78.8% of their full studies' GPU hours.
-    # 2: there 44.3-61.7% (median 61.9% -> 51.3%) with the same best kept; on the development
-    # matrix 15 of 72 stopped studies stop 1-2 launches sooner, one a launch later, and one
-    # keeps 0.001 less of its full study's best; over 10 seeds of its four spaces 34 of 240
-    # sooner, 11 later (up to 8 launches, in the open loop), five bests 0.001-0.005 apart
-    # (benchmarks/results/early_checks.md).
-    early_checks: int = 2
-    # Launches the estimate cannot tell apart (`alike`: the same predicted throughput and SLO
-    # metrics, the same values of the flags it does not read) are judged against the SLOs
-    # together: a launch within every SLO is no point of the front when the mean of its
-    # group's graded violations is past a limit by more than a rerun's noise (`SLO_NOISE`, 2%
-    # of the limit) over the square root of the group's size. Seven launches of one no-draft
-    # configuration at HiCache ratios that change nothing measured 3.6% past to 2.1% within a
-    # 3 s p99 TTFT limit (mean 1.2% past); on the two that measured within, the study stopped,
-    # 0.000 of its full study's best: the configuration is 2% past the limit without noise
-    # (slow constants, seed 3 s, seed 7). Judged past on any mean above the limit,
-    # configurations as close to it as that cell's optimum (0.1% within) were set aside in
-    # five of its other seeds, which ran 1-26 launches longer (benchmarks/results/pool_alike.md).
-    pool_alike: bool = True
-    # A longer look back: the stop also needs the last `climb_window` launches to have moved
-    # the front by at most `climb_gain` (None: twice a window's move). A search that climbs
-    # in steps each below `min_gain` (1.5%, then 1.8%) has a quiet window of 6 and is still
-    # climbing; the rest of the budget at that pace moves the front by several times
-    # `min_gain`. Where no launch before the look back met the SLOs, it is measured from the
-    # first one that did. Measured with 12 on the five spent held-out cells with a TPOT limit
-    # and left off: the median stopped study spent 7-17 points more of its full study's GPU
-    # hours and no cell's worst stopped seed rose (benchmarks/results/stop_climb.md). 0: off.
-    climb_window: int = 0
-    climb_gain: float | None = None
 
     @property
     def enabled(self) -> bool:
@@ -255,6 +200,7 @@ class Outlook:
     gain: float
     why: str = ""
     check: str = STOP_CHECK  # what kind of check its measurement is (`guided_by`)
+    base: int | None = None  # the trial it moves from or measures again, when there is one
 
 
 @dataclass(frozen=True)
@@ -276,9 +222,7 @@ def launched_trials(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
 
 def feasible_point(trial: FrozenTrial) -> tuple[float, float] | None:
     """(throughput, latency) of a trial that served the whole benchmark within every SLO."""
-    if trial.state != TrialState.COMPLETE or not trial.values:
-        return None
-    if not record.feasible(trial.constraints):
+    if not within_slos(trial):
         return None
     throughput, latency = float(trial.values[0]), float(trial.values[1])
     if not (throughput > 0 and latency > 0):
@@ -316,14 +260,14 @@ def decide(
     alike: Callable[[FrozenTrial], Hashable] | None = None,
 ) -> StopDecision:
     """Stop now, or not yet and why. `outlook` is asked only when the measured trials alone say
-    stop, or when the last `patience - early_checks` of them do and it may name a check that is
+    stop, or when the last `patience - _EARLY_CHECKS` of them do and it may name a check that is
     not the estimate's expected gain (it refits and searches the estimate, about a second).
     `alike` says what the estimate sees of a trial (None: it cannot say): a window trial alike
     to an earlier launch moves nothing."""
     launched = launched_trials(trials)
     n = len(launched)
     alike = None if alike is None else _asked_once(alike)
-    past = pooled_past(launched, alike) if alike is not None and rule.pool_alike else set()
+    past = pooled_past(launched, alike) if alike is not None else set()
     points = [(t, None if t.number in past else feasible_point(t)) for t in launched]
     feasible = [(t, p) for t, p in points if p is not None]
     best_trial = max(feasible, key=lambda tp: tp[1][0])[0].number if feasible else None
@@ -345,7 +289,7 @@ def decide(
         return keep_going(f"{n} of at least {rule.min_trials} trials launched")
     split = n - rule.patience
     before = [p for t, p in points[:split] if p is not None]
-    if not feasible and rule.out_of_reach is not None and n >= rule.min_trials + rule.patience:
+    if not feasible and n >= rule.min_trials + rule.patience:
         reason = _out_of_reach(launched, split, rule)
         if reason is not None:
             return StopDecision(True, reason, n)
@@ -357,30 +301,20 @@ def decide(
     threshold = max(rule.min_gain, 2 * noise)
     default = next((p for t, p in points if t.user_attrs.get(record.IS_DEFAULT)), None)
     others = [p for t, p in feasible if not t.user_attrs.get(record.IS_DEFAULT)]
-    by = threshold if rule.defaults_gain is None else rule.defaults_gain
+    by = threshold
     margin = f" by more than {by:.0%}" if by > 0 else ""
     at_defaults = default is not None and front_move([default], others, rule.measure) <= by
-    until = (
-        rule.min_trials + 2 * rule.patience if rule.defaults_until is None else rule.defaults_until
-    )
+    until = rule.min_trials + 2 * rule.patience
     if at_defaults and n < until:
         return keep_going(f"no trial within the SLOs has beaten sglang's defaults{margin} yet")
     moved, again = _window_move(points, launched, split, rule, alike)
     what = _WHAT[rule.measure]
-    # The window moved the front, or (`climb_window`) the longer look back still climbs.
-    climbed = 0.0 if moved > threshold else _climb(points, launched, rule, alike)
-    climb_gain = 2 * threshold if rule.climb_gain is None else rule.climb_gain
-    if moved > threshold or climbed > climb_gain:
+    if moved > threshold:
         early = _early_check(points, launched, rule, threshold, outlook, alike)
         if early is not None:
             return keep_going(early.why, moved=moved, noise=noise, outlook=early)
         return keep_going(
-            f"the last {rule.patience} trials moved {what} by {moved:.1%}"
-            if moved > threshold
-            else f"the last {rule.climb_window} trials moved {what} by {climbed:.1%}: the "
-            "search is still climbing",
-            moved=moved,
-            noise=noise,
+            f"the last {rule.patience} trials moved {what} by {moved:.1%}", moved=moved, noise=noise
         )
     checks = [t for t in launched[split:] if t.user_attrs.get(record.GUIDED_BY) in COUNTED_CHECKS]
     if outlook is not None and len(checks) < rule.max_checks:
@@ -433,27 +367,9 @@ def _window_move(
     (`front_move`), leaving out those that re-measured an earlier launch (`_remeasured`), and
     the numbers of those."""
     before = [p for _t, p in points[:split] if p is not None]
-    again = _remeasured(launched, split, alike, rule.remeasure_tolerance) if alike else set()
+    again = _remeasured(launched, split, alike, _REMEASURE_TOLERANCE) if alike else set()
     window = [p for t, p in points[split:] if p is not None and t.number not in again]
     return front_move(before, window, rule.measure), again
-
-
-def _climb(
-    points: list[tuple[FrozenTrial, tuple[float, float] | None]],
-    launched: list[FrozenTrial],
-    rule: StopRule,
-    alike: Callable[[FrozenTrial], Hashable] | None,
-) -> float:
-    """How far the last `climb_window` launches moved the front (`_window_move`), from the
-    first launch within the SLOs where none before them is; 0 when the look back is off or
-    no longer than the window."""
-    if rule.climb_window <= rule.patience:
-        return 0.0
-    split = max(0, len(launched) - rule.climb_window)
-    first = next((i for i, (_t, p) in enumerate(points) if p is not None), None)
-    if first is None:
-        return 0.0
-    return _window_move(points, launched, max(split, first + 1), rule, alike)[0]
 
 
 def _early_check(
@@ -465,11 +381,11 @@ def _early_check(
     alike: Callable[[FrozenTrial], Hashable] | None,
 ) -> Outlook | None:
     """A check the rule would ask for once the window is quiet, asked for now: the last
-    `patience - early_checks` launches moved the front by at most `threshold` (`early_checks`).
+    `patience - _EARLY_CHECKS` launches moved the front by at most `threshold` (`_EARLY_CHECKS`).
     None when that part of the window moved it, or when what is left is the estimate's own
     expected gain (it waits for the whole window)."""
-    quiet = rule.patience - rule.early_checks
-    if not rule.early_checks or outlook is None or quiet < 1:
+    quiet = rule.patience - _EARLY_CHECKS
+    if not _EARLY_CHECKS or outlook is None or quiet < 1:
         return None
     if _window_move(points, launched, len(launched) - quiet, rule, alike)[0] > threshold:
         return None  # that part of the window moved it too
@@ -491,7 +407,7 @@ def slo_violations(trial: FrozenTrial) -> dict[str, float] | None:
 
 
 def _out_of_reach(launched: list[FrozenTrial], split: int, rule: StopRule) -> str | None:
-    """Why the study's SLOs are out of reach (`StopRule.out_of_reach`), or None while a trial
+    """Why the study's SLOs are out of reach (`_OUT_OF_REACH`), or None while a trial
     came within the margin or the last `patience` trials still closed in. A trial's distance
     is its largest violation, as `tuner export` ranks the closest trial (results/pick.py)."""
     measured = [(i, t, v) for i, t in enumerate(launched) if (v := slo_violations(t))]
@@ -500,7 +416,7 @@ def _out_of_reach(launched: list[FrozenTrial], split: int, rule: StopRule) -> st
     if not earlier:
         return None
     _i, closest, slos = min(measured, key=lambda itv: max(itv[2].values()))
-    if max(slos.values()) <= (rule.out_of_reach or 0.0):
+    if max(slos.values()) <= _OUT_OF_REACH:
         return None
     if window and min(window) < 0.9 * min(earlier):
         return None  # still closing in
@@ -536,9 +452,9 @@ def pooled_past(
 ) -> set[int]:
     """The numbers of the launches that served the whole benchmark and whose group of launches
     the estimate cannot tell apart (`alike`, two or more) is past an SLO on the mean of their
-    graded violations by more than `SLO_NOISE` over the square root of their number
-    (`StopRule.pool_alike`): one measurement within a limit among several that are past it is
-    the noise's luck, not the configuration's."""
+    graded violations by more than `SLO_NOISE` over the square root of their number: one
+    measurement within a limit among several that are past it is the noise's luck, not the
+    configuration's."""
     groups: dict[Hashable, list[tuple[int, dict[str, float]]]] = {}
     for t in launched:
         slos = slo_violations(t)

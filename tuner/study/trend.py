@@ -33,10 +33,7 @@ class Trend:
         space: SearchSpace,
         trials: Sequence[FrozenTrial],
         ridge: float = 1.0,
-        feasible_only: bool = False,
     ) -> Trend:
-        """With `feasible_only`, fitted to the trials within every SLO alone once there are two
-        (`LocalSearchConfig.trend_feasible`)."""
         import numpy as np
 
         finished = [
@@ -44,9 +41,6 @@ class Trend:
             for t in trials
             if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and informative(t) and t.params
         ]
-        if feasible_only:
-            within = [t for t in finished if outcome(t)[0] == 1]
-            finished = within if len(within) >= 2 else finished
         columns: list[tuple[str, Any]] = []
         for name, spec in space.params.items():
             if spec.kind == "categorical":

@@ -146,17 +146,6 @@ class TrialObjective:
         stage figures only between trials that share them (tuner/trial/pruning.py)."""
         return tuple((name, repr(params[name])) for name in self._categorical if name in params)
 
-    def _expected(self, loads: tuple[float, ...]) -> dict[str, float]:
-        """The SLO constraints of the loads the SLO cut expects a full run to end at
-        (`PruneDecision.expected_slos`), as `_slo_constraints` grades a measured value."""
-        out = {}
-        for slo, load in zip(self.space.slos, loads, strict=False):
-            if not 0 < load < math.inf:
-                continue
-            value = load * slo.limit if slo.op in ("<=", "<") else slo.limit / load
-            out[f"slo:{slo.metric}"] = float(slo.violation(value))
-        return out
-
     def _slo_loads(self, summary: dict[str, Any]) -> tuple[float, ...]:
         """Each SLO's value over its limit (its limit over the value for a lower bound): over 1
         is broken, and a stage's load scales to the full run's by a factor (the SLO cut)."""
@@ -192,7 +181,13 @@ class TrialObjective:
         }
         trial.set_user_attr(record.IS_DEFAULT, is_default)
         trial.set_user_attr(record.FLAGS, {k: v for k, v in flags.items() if v is not None})
-        self._emit("sampled", number=trial.number, flags=tuned, is_default=is_default)
+        self._emit(
+            "sampled",
+            number=trial.number,
+            flags=tuned,
+            is_default=is_default,
+            guided_by=trial.user_attrs.get(record.GUIDED_BY),
+        )
 
         if trial.user_attrs.get(record.GUIDED_BY) != record.REMEASURE_CHECK:
             reused = self._reuse_identical_trial(trial)
@@ -379,8 +374,6 @@ class TrialObjective:
                         "reason": decision.reason,
                         "time_saved_s": decision.time_saved_s,
                         "rule": decision.rule,
-                        "up": decision.up,
-                        "expected": self._expected(decision.expected_slos),
                     },
                 )
                 return False

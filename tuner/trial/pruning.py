@@ -13,7 +13,7 @@ from its own stage-k figures (the ramp-up of a closed loop makes the first stage
 whole run, and measurement noise adds to it): on the seed space with the oracle's noise, full-run
 throughput ended 0.93x to 1.41x the first stage's, latency 0.89x to 1.18x. The trial's best case is
 its stage-k throughput times the largest such factor seen, and its latency times the smallest,
-each widened by `front_slack`; when a feasible completed trial's full run beats even that best
+each widened by `_FRONT_SLACK`; when a feasible completed trial's full run beats even that best
 case in both objectives, the rest of the benchmark cannot put the trial on the front, and it is
 cut. benchmarks/early_cut.py measures what that saves and loses.
 
@@ -21,28 +21,21 @@ The SLO cut (`slo_cut`) asks the same of the SLOs: can this trial still end with
 them? Each SLO's figure is kept as its load, the stage's value over the limit (the limit over
 the value for a lower bound), so that more than 1 is broken. The completed trials say how far a
 full run's load ended from its stage-k load; the trial's best case is its stage load times the
-smallest such factor seen, narrowed by `slo_slack`, and when that is still over 1 the full
+smallest such factor seen, narrowed by `_SLO_SLACK`, and when that is still over 1 the full
 run cannot meet the SLO: the trial cannot be on the front of feasible runs, whatever its
 latency. The front cut alone kept such trials, since an SLO-breaking configuration can have
 the lowest per-token latency of all: a running cap of 1 with 16 clients (p99 TTFT 77 s against
-a 10 s limit) ran its whole benchmark, 3.5 times a normal trial's GPU time. The cut records
-each SLO's load the full run would likely have ended at (the stage's times the median factor
-seen), by which the local search can rank the trial among those past the SLOs
-(tuner/study/standing.py `EXPECTED_CUT`, measured and off): a closed loop's early stage counts
-only the requests that finished, not those still queued.
+a 10 s limit) ran its whole benchmark, 3.5 times a normal trial's GPU time.
 
-Once `front_min_trials` full runs are known, the front cut alone decides: the first rule compares
+Once `_FRONT_MIN_TRIALS` full runs are known, the front cut alone decides: the first rule compares
 stage figures across configurations with a fixed 10% margin, and configurations ramp differently
 (in the quality benchmark's tpot-8b space the first rule cut a study's best configuration after
 its first stage, which measured 2,734 tok/s against the 4,074 of its full run). Before that, the
-first rule counts as dominators only completed trials with the trial's own categorical choices
-(`alike_dominators`): what ramps differently is a different prefill chunk, queue policy, cache or
-draft (chunks of 16,384 ramped 1.16-1.18x from their first stage to a full run in a chat cell
-on an H200, which no trial with chunks of 4,096 or 8,192 had shown), while trials apart only in
-numbers are compared as before. The front cut can do the same (`front_alike`: a trial's ramp
-bounded by full runs with its categorical choices alone, once `front_alike_min` are known); it
-is off, since in the retrieval cell it was built for the ramp followed the running cap against
-the clients, not the choices (benchmarks/results/carried_edges.md).
+first rule counts as dominators only completed trials with the trial's own categorical choices:
+what ramps differently is a different prefill chunk, queue policy, cache or draft (chunks of
+16,384 ramped 1.16-1.18x from their first stage to a full run in a chat cell on an H200, which
+no trial with chunks of 4,096 or 8,192 had shown), while trials apart only in numbers are
+compared as before. The front cut bounds a trial's ramp by every full run.
 
     pruner = StagePruner(StagePrunerConfig(n_startup_trials=5))
     decision = pruner.decide(stage=1, n_stages=4, current=StagePoint(120.0, 35.0), history=[...])
@@ -80,25 +73,21 @@ class StagePoint:
     group: tuple[tuple[str, str], ...] | None = None
 
 
+# The front and the SLO cut's constants (measured: benchmarks/early_cut.py).
+_FRONT_MIN_TRIALS = 8  # full runs whose stage-to-full-run factors bound the front cut
+_FRONT_SLACK = 0.05  # widens the largest factors seen: a few trials miss the extremes
+_SLO_MIN_TRIALS = 4  # full runs whose stage-to-full-run SLO factors bound the SLO cut
+_SLO_SLACK = 0.25  # narrows the smallest SLO factor seen, so the SLO cut starts early
+
+
 @dataclass(frozen=True)
 class StagePrunerConfig:
+    """The first rule's settings: a trial far below most completed ones and dominated."""
+
     n_startup_trials: int = 5  # completed trials with this stage before anything is pruned
     percentile: float = 25.0  # throughput below this percentile of theirs is "poor"
     margin: float = 0.10  # a dominator has >= (1 + margin) x the throughput
     min_dominators: int = 2  # how many completed trials must dominate it
-    alike_dominators: bool = True  # only trials with its categorical choices dominate it
-    min_stage: int = 0  # earliest stage index at which pruning may happen
-    front_cut: bool = True  # cut a trial whose best case cannot reach the front (module doc)
-    front_min_trials: int = 8  # completed trials whose stage-to-full-run factors are known
-    front_slack: float = 0.05  # widens the largest factors seen (a few trials miss extremes)
-    front_min_stage: int = 0  # earliest stage index at which the front cut may happen
-    # The front cut bounds a trial's ramp by full runs with its own categorical choices alone,
-    # and waits until `front_alike_min` of them are known (module doc); off: by every full run.
-    front_alike: bool = False
-    front_alike_min: int = 2
-    slo_cut: bool = True  # cut a trial whose best case still breaks an SLO (module doc)
-    slo_min_trials: int = 4  # completed trials whose stage-to-full-run SLO factors are known
-    slo_slack: float = 0.25  # narrows the smallest SLO factor seen (the SLO cut starts early)
 
 
 @dataclass(frozen=True)
@@ -110,14 +99,6 @@ class PruneDecision:
     # the SLO cut the trial broke an SLO, and its stage figures are what the estimate learns
     # from (tuner/study/guide.py), as from a full run.
     rule: str | None = None
-    # After the front or the dominated cut: the largest factor by which a full run's throughput
-    # ended above its stage's (widened by `front_slack`), so that the trial's stage throughput
-    # times it bounds what its full run could have measured; None when no full run says.
-    up: float | None = None
-    # After the SLO cut: each SLO's load its full run would likely have ended at, its stage
-    # load times the median factor by which the completed trials' full runs ended from the
-    # same stage (`slo_cut`); empty after any other rule.
-    expected_slos: tuple[float, ...] = ()
 
 
 def decide(
@@ -132,14 +113,14 @@ def decide(
     reach the front (the front cut)."""
     if stage >= n_stages - 1:
         return PruneDecision(False, "last stage: nothing left to save")
-    if config.slo_cut and (broken := slo_cut(stage, n_stages, current, history, config)).prune:
+    if (broken := slo_cut(stage, n_stages, current, history, config)).prune:
         return broken
-    if config.front_cut and len(_full_runs(history)) >= config.front_min_trials:
+    if len(_full_runs(history)) >= _FRONT_MIN_TRIALS:
         # The trials' own stage-to-full-run factors now bound what this one can end as; the
         # first rule's fixed margin assumes every configuration ramps alike, and they do not.
         return front_cut(stage, n_stages, current, history, config)
     dominated = _dominated_at_stage(stage, n_stages, current, history, config)
-    if dominated.prune or not config.front_cut:
+    if dominated.prune:
         return dominated
     cut = front_cut(stage, n_stages, current, history, config)
     return cut if cut.prune else dominated
@@ -157,8 +138,6 @@ def _dominated_at_stage(
     history: Sequence[StagePoint],
     config: StagePrunerConfig,
 ) -> PruneDecision:
-    if stage < config.min_stage:
-        return PruneDecision(False, f"stage {stage} is before min_stage {config.min_stage}")
     if len(history) < config.n_startup_trials:
         return PruneDecision(
             False, f"only {len(history)} of {config.n_startup_trials} start-up trials completed"
@@ -172,7 +151,7 @@ def _dominated_at_stage(
     # Only trials that met the SLOs count as dominators: a configuration beaten only by
     # infeasible ones may still be the best feasible choice. And only trials with its own
     # categorical choices, whose first stages ramp as its does: the fixed margin holds there.
-    alike = config.alike_dominators and current.group is not None
+    alike = current.group is not None
     dominators = [
         p
         for p in history
@@ -204,7 +183,6 @@ def _dominated_at_stage(
         reason,
         time_saved_s=_time_saved(stage, n_stages, current),
         rule=CUT_DOMINATED,
-        up=_up(history, config),
     )
 
 
@@ -218,25 +196,15 @@ def front_cut(
     """Cut `current` when a feasible full run beats its best case (the module docstring)."""
     if stage >= n_stages - 1:
         return PruneDecision(False, "last stage: nothing left to save")
-    if stage < config.front_min_stage:
-        return PruneDecision(False, f"stage {stage} is before front_min_stage")
     known = _full_runs(history)
-    if len(known) < config.front_min_trials:
+    if len(known) < _FRONT_MIN_TRIALS:
         return PruneDecision(
-            False, f"{len(known)} of {config.front_min_trials} full runs to bound a stage by"
+            False, f"{len(known)} of {_FRONT_MIN_TRIALS} full runs to bound a stage by"
         )
     ramps = known
-    if config.front_alike and current.group is not None:
-        ramps = [p for p in known if p.group == current.group]
-        if len(ramps) < config.front_alike_min:
-            return PruneDecision(
-                False,
-                f"{len(ramps)} of {config.front_alike_min} full runs with its categorical "
-                "choices to bound its ramp by",
-            )
     up = _up(ramps, config)
     assert up is not None
-    down = min(p.final[1] / p.latency for p in ramps if p.final) / (1 + config.front_slack)
+    down = min(p.final[1] / p.latency for p in ramps if p.final) / (1 + _FRONT_SLACK)
     best_throughput, best_latency = current.throughput * up, current.latency * down
     beaten_by = [
         p
@@ -258,7 +226,6 @@ def front_cut(
         f"run measured {best.final[0]:.1f} at {best.final[1]:.1f}",
         time_saved_s=_time_saved(stage, n_stages, current),
         rule=CUT_FRONT,
-        up=up,
     )
 
 
@@ -270,16 +237,16 @@ def slo_cut(
     config: StagePrunerConfig,
 ) -> PruneDecision:
     """Cut `current` when even its best case breaks an SLO (the module docstring)."""
-    if stage >= n_stages - 1 or stage < config.front_min_stage:
+    if stage >= n_stages - 1:
         return PruneDecision(False, "no SLO cut at this stage")
     known = [
         p
         for p in history
         if p.final_slos is not None and len(p.final_slos) == len(p.slos) == len(current.slos)
     ]
-    if len(known) < config.slo_min_trials:
+    if len(known) < _SLO_MIN_TRIALS:
         return PruneDecision(
-            False, f"{len(known)} of {config.slo_min_trials} full runs to bound an SLO by"
+            False, f"{len(known)} of {_SLO_MIN_TRIALS} full runs to bound an SLO by"
         )
     factors = [
         [
@@ -293,9 +260,9 @@ def slo_cut(
     ]
     for i, load in enumerate(current.slos):
         ratios = factors[i]
-        if len(ratios) < config.slo_min_trials or not 0 < load < math.inf:
+        if len(ratios) < _SLO_MIN_TRIALS or not 0 < load < math.inf:
             continue  # an SLO metric the stage lacks says nothing yet
-        down = min(ratios) / (1 + config.slo_slack)
+        down = min(ratios) / (1 + _SLO_SLACK)
         if load * down > 1:
             return PruneDecision(
                 True,
@@ -304,19 +271,15 @@ def slo_cut(
                 f"(the lowest of {len(ratios)} completed trials)",
                 time_saved_s=_time_saved(stage, n_stages, current),
                 rule=CUT_SLO,
-                expected_slos=tuple(
-                    load * float(np.median(r)) if r and 0 < load < math.inf else load
-                    for load, r in zip(current.slos, factors, strict=True)
-                ),
             )
     return PruneDecision(False, "every SLO can still be met")
 
 
 def _up(history: Sequence[StagePoint], config: StagePrunerConfig) -> float | None:
     """The largest factor a full run's throughput ended from its stage's, widened by
-    `front_slack`; None without a full run to say it."""
+    `_FRONT_SLACK`; None without a full run to say it."""
     factors = [p.final[0] / p.throughput for p in _full_runs(history) if p.final]
-    return max(factors) * (1 + config.front_slack) if factors else None
+    return max(factors) * (1 + _FRONT_SLACK) if factors else None
 
 
 def _full_runs(history: Sequence[StagePoint]) -> list[StagePoint]:
