@@ -63,6 +63,7 @@ def test_a_command_added_to_the_app_is_rendered_with_no_edit_to_the_generator() 
         port: int = typer.Option(8080, "--port", help="Port to probe."),
     ) -> None:
         """Say what this host lacks to run a study."""
+        del deep, port
 
     def explain(trial: int = typer.Option(..., "--trial", help="Trial number.")) -> None:
         """Say why a trial was launched."""
