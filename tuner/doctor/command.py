@@ -1,0 +1,39 @@
+"""`tuner doctor`: print every check, one line each, and exit 2 when one fails."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from tuner.doctor.check import FAIL, format_checks
+from tuner.doctor.checks import run_checks
+from tuner.doctor.setting import DoctorSetting
+
+
+def doctor(setting: DoctorSetting, say: Callable[[str], None], err: Callable[[str], None]) -> int:
+    """Returns the exit code: 0, or 2 when a check failed (after one `error:` line)."""
+    checks = run_checks(setting)
+    say(format_checks(checks))
+    failed = [c.name for c in checks if c.status == FAIL]
+    if failed:
+        err(f"error: {len(failed)} check(s) failed ({', '.join(failed)}): see the fail lines above")
+        return 2
+    return 0
+
+
+def doctor_setting(
+    engine_python: str | None,
+    space: Path | None,
+    port: int | None,
+    studies_dir: Path,
+    gpus: str | None,
+    engine_env: dict[str, str],
+) -> DoctorSetting:
+    return DoctorSetting.resolve(
+        engine_python=engine_python,
+        space_path=space,
+        port=port,
+        studies_dir=studies_dir,
+        gpus=gpus,
+        engine_env=engine_env,
+    )
