@@ -7,6 +7,7 @@ against the other one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from pathlib import Path
@@ -69,11 +70,21 @@ def listener(port: int) -> tuple[int, str] | None:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            links = {os.readlink(fd) for fd in (entry / "fd").iterdir()}
-        except OSError:
-            continue
-        if links & wanted:
+        if _links(entry / "fd") & wanted:
             pid = int(entry.name)
             return pid, host.process_command(pid) or "?"
     return None
+
+
+def _links(fd_dir: Path) -> set[str]:
+    """What a process's open files point at; an fd closed while read is left out (the
+    listing's own fd is, when the process is this one)."""
+    links = set()
+    try:
+        fds = list(fd_dir.iterdir())
+    except OSError:
+        return links
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            links.add(os.readlink(fd))
+    return links
