@@ -79,7 +79,7 @@ def listener(port: int) -> tuple[int, str] | None:
 def _links(fd_dir: Path) -> set[str]:
     """What a process's open files point at; an fd closed while read is left out (the
     listing's own fd is, when the process is this one)."""
-    links = set()
+    links: set[str] = set()
     try:
         fds = list(fd_dir.iterdir())
     except OSError:
