@@ -9,8 +9,17 @@ The same checks run before trial 0 of `tuner optimize --engine sglang`
 read from this host as it is.
 """
 
-from tuner.doctor.check import FAIL, OK, WARN, Check, format_checks
+from tuner.doctor.check import FAIL, OK, WARN, Check, format_checks, tally
 from tuner.doctor.checks import run_checks
 from tuner.doctor.setting import DoctorSetting
 
-__all__ = ["FAIL", "OK", "WARN", "Check", "DoctorSetting", "format_checks", "run_checks"]
+__all__ = [
+    "FAIL",
+    "OK",
+    "WARN",
+    "Check",
+    "DoctorSetting",
+    "format_checks",
+    "run_checks",
+    "tally",
+]

@@ -26,9 +26,13 @@ class Check:
 
 def format_checks(checks: Sequence[Check]) -> str:
     """One line per check, then a count of each verdict."""
-    counts = ", ".join(
+    return "\n".join([*(c.line() for c in checks), f"{len(checks)} checks: {tally(checks)}"])
+
+
+def tally(checks: Sequence[Check]) -> str:
+    """How many checks ended each way: "8 ok, 1 warn"."""
+    return ", ".join(
         f"{sum(1 for c in checks if c.status == s)} {s}"
         for s in (OK, WARN, FAIL)
         if any(c.status == s for c in checks)
     )
-    return "\n".join([*(c.line() for c in checks), f"{len(checks)} checks: {counts}"])

@@ -18,9 +18,9 @@ from collections.abc import Callable
 import optuna
 from rich.console import Console
 
-from tuner.doctor import OK, DoctorSetting, format_checks, run_checks
-from tuner.doctor.check import FAIL
+from tuner.doctor import FAIL, OK, DoctorSetting, run_checks, tally
 from tuner.errors import UserError
+from tuner.host import installed_sglang
 from tuner.optimize import version_check
 from tuner.optimize.cost import study_cost
 from tuner.optimize.preview import first_configurations
@@ -42,25 +42,16 @@ def preflight(console: Console, run: Run, dry_run: bool) -> bool:
         )
     elif options.engine == "sglang":
         version_check.check_installed_sglang(space, python=python)
+    cost = study_cost(run, done=_launched(run))
 
     def say(line: str) -> None:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     if options.engine == "sglang" and not dry_run:
-        check_host(run, say)
-    study = _existing_study(run)
-    if study is not None:
-        release = (
-            version_check.installed_sglang(python)
-            if options.engine == "sglang"
-            else space.engine_version
-        )
-        recorded = read_provenance(study.user_attrs)
-        warning = resume_warning(recorded, options.engine, release, run.host.gpu_name)
-        if warning:
-            say(warning)
-    done = measured_count(study.get_trials(deepcopy=False)) if study is not None else 0
-    cost = study_cost(run, done=done)
+        check_host(run, say)  # as `tuner doctor` does; a failed check stops here
+    warning = _resumed_elsewhere(run)
+    if warning:
+        say(warning)
     for line in cost.lines():
         say(line)
     if not dry_run:
@@ -94,7 +85,7 @@ def check_host(run: Run, say: Callable[[str], None]) -> None:
     for check in checks:
         if check.status != OK:
             say(check.line())
-    say("host " + format_checks(checks).splitlines()[-1])
+    say(f"host: {len(checks)} checks, {tally(checks)} (tuner doctor lists every one)")
     failed = [c for c in checks if c.status == FAIL]
     if failed:
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
@@ -102,6 +93,24 @@ def check_host(run: Run, say: Callable[[str], None]) -> None:
             f"host check failed: {failed[0].name}: {failed[0].reason}{more}; "
             "tuner doctor --space FILE shows every check"
         )
+
+
+def _resumed_elsewhere(run: Run) -> str | None:
+    """One line when the study this run resumes was made with another engine, sglang release
+    or GPU (its provenance, tuner/results/provenance.py); None for a new study."""
+    study = _existing_study(run)
+    if study is None:
+        return None
+    sglang = run.options.engine == "sglang"
+    release = installed_sglang(run.target.python) if sglang else run.space.engine_version
+    recorded = read_provenance(study.user_attrs)
+    return resume_warning(recorded, run.options.engine, release, run.host.gpu_name)
+
+
+def _launched(run: Run) -> int:
+    """Launched configurations a resumed study already holds; 0 when there is no study yet."""
+    study = _existing_study(run)
+    return 0 if study is None else measured_count(study.get_trials(deepcopy=False))
 
 
 def _existing_study(run: Run) -> optuna.Study | None:
