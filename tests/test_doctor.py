@@ -259,3 +259,66 @@ def test_doctor_passes_with_the_real_cpu_tier(tmp_path):
     assert by_name["gpus"].startswith("ok   gpus: ")
     assert by_name["host ram"].startswith("ok   host ram: ") and "no HiCache" not in by_name
     print(result.stdout)
+
+
+class _Pynvml:
+    """nvidia-ml-py's answers on a host with two GPUs, one holding a server's memory."""
+
+    class NVMLError(Exception):
+        pass
+
+    @staticmethod
+    def nvmlInit() -> None:
+        return None
+
+    @staticmethod
+    def nvmlShutdown() -> None:
+        return None
+
+    @staticmethod
+    def nvmlDeviceGetCount() -> int:
+        return 2
+
+    @staticmethod
+    def nvmlDeviceGetHandleByIndex(index: int) -> int:
+        return index
+
+    @staticmethod
+    def nvmlDeviceGetName(handle: int) -> bytes:
+        return b"NVIDIA L40S"
+
+    @staticmethod
+    def nvmlDeviceGetMemoryInfo(handle: int) -> object:
+        free = 47.7e9 if handle else 12.0e9
+        return type("Memory", (), {"total": 48.3e9, "free": free})()
+
+    @staticmethod
+    def nvmlDeviceGetComputeRunningProcesses(handle: int) -> list[object]:
+        held = type("Process", (), {"pid": 4242, "usedGpuMemory": 36_000_000_000})()
+        return [] if handle else [held]
+
+    @staticmethod
+    def nvmlDeviceGetGraphicsRunningProcesses(handle: int) -> list[object]:
+        # The same pid again (a compute and graphics context); its memory is not reported.
+        seen = type("Process", (), {"pid": 4242, "usedGpuMemory": None})()
+        return [] if handle else [seen]
+
+    @staticmethod
+    def nvmlSystemGetDriverVersion() -> str:
+        raise _Pynvml.NVMLError("Not Supported")
+
+
+def test_the_real_nvml_reader_turns_nvidia_ml_py_answers_into_gpus_and_holders(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _Pynvml)
+    reader = host.Nvml()
+    assert reader.gpus() == [
+        host.Gpu(0, "NVIDIA L40S", 48.3, 12.0),
+        host.Gpu(1, "NVIDIA L40S", 48.3, 47.7),
+    ]
+    assert reader.processes() == [host.GpuProcess(4242, 0, 36.0)]  # one entry per pid and GPU
+    with pytest.raises(host.NvmlUnavailable, match="NVML: Not Supported"):
+        reader.driver()
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed: the import fails
+    with pytest.raises(host.NvmlUnavailable, match="nvidia-ml-py is not installed"):
+        reader.gpus()
+    assert host.nvml_gpu() is None and host.nvml_compute_processes([0]) is None

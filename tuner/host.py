@@ -148,9 +148,11 @@ class Nvml:
                 ]
                 for proc in listed:
                     used = getattr(proc, "usedGpuMemory", None)
-                    found[(proc.pid, index)] = GpuProcess(
-                        int(proc.pid), index, used / GB if isinstance(used, int) else None
-                    )
+                    known = found.get((proc.pid, index))
+                    if isinstance(used, int):
+                        found[(proc.pid, index)] = GpuProcess(int(proc.pid), index, used / GB)
+                    elif known is None:  # listed twice (compute and graphics): keep the figure
+                        found[(proc.pid, index)] = GpuProcess(int(proc.pid), index, None)
             return list(found.values())
 
     def driver(self) -> str:
