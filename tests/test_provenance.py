@@ -70,6 +70,10 @@ def test_a_simulator_study_records_where_it_ran(sim_study):
     assert facts.hostname == socket.gethostname() and facts.seed == 3
     assert facts.server_env["SGLANG_API_KEY"] == MASK
     assert facts.model_path == "Qwen/Qwen3.6-27B"
+    # Not on this host: the simulator served its own copy of the model's config.json.
+    config = Path(str(facts.model_config_path))
+    assert config.name == "config.json" and "tuner" in config.parts and "sim" in config.parts
+    assert facts.model_config_sha256 == hashlib.sha256(config.read_bytes()).hexdigest()
     # The secret reached the server through the environment, never the study's storage.
     assert b"hunter2-secret" not in (sim_study / "studies" / "prov.db").read_bytes()
 
@@ -164,6 +168,7 @@ def test_the_model_revision_is_the_hugging_face_snapshot(tmp_path, monkeypatch):
     assert facts == {
         "model_config_sha256": hashlib.sha256(config).hexdigest(),
         "model_revision": revision,
+        "model_config_path": str(snapshot / "config.json"),
     }
     local = model_facts(str(LLAMA_8B))  # a plain directory: a hash, no revision
     assert local["model_revision"] is None and local["model_config_sha256"]

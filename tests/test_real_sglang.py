@@ -164,6 +164,8 @@ def test_a_flag_the_cpu_refuses_is_recorded_with_its_reason_and_the_study_goes_o
 
 
 def test_a_real_study_records_its_provenance_and_shows_it(study, real_python):
+    # Before trial 0 the host was checked as `tuner doctor` does: nothing failed.
+    assert re.search(r"^host: 9 checks, \d+ ok", study["result"].stdout, re.M), study["result"]
     facts = load(study["studies"], "real-cpu").user_attrs["provenance"]
     assert facts["engine"] == "sglang" and facts["sglang_version"] == "0.5.23"
     torch = subprocess.run(

@@ -44,6 +44,7 @@ class HostFacts:
     gpu_name: str | None = None  # NVML's device name (the simulator reports its modelled GPU's)
     gpu_memory_gb: float | None = None
     model: ModelMemory | None = None  # None when the model's config.json is not found
+    model_config_dir: Path | None = None  # where that config.json is (the simulator's own model)
 
 
 def read_host_facts(
@@ -81,7 +82,12 @@ def read_host_facts(
         model = ModelMemory.from_hf_config(read_config(config_dir))
     else:
         _log.warning(missing_config_message(model_path))
-    return HostFacts(gpu_name=gpu[0], gpu_memory_gb=gpu[1], model=model)
+    return HostFacts(
+        gpu_name=gpu[0],
+        gpu_memory_gb=gpu[1],
+        model=model,
+        model_config_dir=Path(str(config_dir)) if config_dir else None,
+    )
 
 
 def describe_simulator(

@@ -61,6 +61,7 @@ class Provenance(BaseModel):
     cpu: str | None = None
     model_path: str | None = None
     model_config_sha256: str | None = None
+    model_config_path: str | None = None  # the config.json read (the simulator's own, maybe)
     model_revision: str | None = None  # the Hugging Face cache snapshot the config came from
     server_env: dict[str, str] = {}
     hostname: str | None = None
@@ -106,6 +107,7 @@ class Provenance(BaseModel):
             ("hardware", self.hardware()),
             ("model", self.model_path),
             ("model revision", self.model_revision),
+            ("config.json", self.model_config_path),
             ("config.json sha256", self.model_config_sha256),
             ("server environment", env or "nothing set"),
             ("host", self.hostname),
@@ -157,7 +159,8 @@ def collect_provenance(
         "cpu": cpu_model(),
         "recorded_at": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
         "model_path": model_path,
-        **model_facts(model_path),
+        # The simulator may serve its own model when the path is not on this host: that one.
+        **(model_facts(model_path) or model_facts(host_facts.model_config_dir)),
     }
     if engine == "sim":
         facts.update(
@@ -201,7 +204,7 @@ def gpu_facts(gpus: str | None, facts: HostFacts) -> dict[str, Any]:
     }
 
 
-def model_facts(model_path: str | None) -> dict[str, str | None]:
+def model_facts(model_path: str | Path | None) -> dict[str, str | None]:
     """The config.json's sha256, and the revision when it sits in a Hugging Face cache snapshot
     (…/models--org--name/snapshots/<revision>/config.json)."""
     directory = find_config_dir(model_path)
@@ -216,7 +219,11 @@ def model_facts(model_path: str | None) -> dict[str, str | None]:
     revision = None
     if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
         revision = parts[-1]
-    return {"model_config_sha256": digest, "model_revision": revision}
+    return {
+        "model_config_sha256": digest,
+        "model_revision": revision,
+        "model_config_path": str(config),
+    }
 
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
