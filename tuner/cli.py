@@ -199,11 +199,17 @@ def doctor_command(
     ),
 ) -> None:
     """Check this host for real sglang: engine, flags, model, GPUs, RAM, ports, disk."""
-    from tuner.doctor.command import doctor, doctor_setting
+    from tuner.doctor import DoctorSetting
+    from tuner.doctor.command import doctor
     from tuner.study.options import parse_engine_env
 
-    setting = doctor_setting(
-        engine_python, space, port, studies_dir, gpus, parse_engine_env(engine_env)
+    setting = DoctorSetting.resolve(
+        engine_python=engine_python,
+        space_path=space,
+        port=port,
+        studies_dir=studies_dir,
+        gpus=gpus,
+        engine_env=parse_engine_env(engine_env),
     )
     code = doctor(setting, typer.echo, lambda line: typer.echo(line, err=True))
     if code:

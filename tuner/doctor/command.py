@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from tuner.doctor.check import FAIL, format_checks
 from tuner.doctor.checks import run_checks
@@ -19,21 +18,3 @@ def doctor(setting: DoctorSetting, say: Callable[[str], None], err: Callable[[st
         err(f"error: {len(failed)} check(s) failed ({', '.join(failed)}): see the fail lines above")
         return 2
     return 0
-
-
-def doctor_setting(
-    engine_python: str | None,
-    space: Path | None,
-    port: int | None,
-    studies_dir: Path,
-    gpus: str | None,
-    engine_env: dict[str, str],
-) -> DoctorSetting:
-    return DoctorSetting.resolve(
-        engine_python=engine_python,
-        space_path=space,
-        port=port,
-        studies_dir=studies_dir,
-        gpus=gpus,
-        engine_env=engine_env,
-    )
