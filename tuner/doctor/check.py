@@ -24,11 +24,6 @@ class Check:
         return f"{self.status:<4} {self.name}: {self.reason}"
 
 
-def format_checks(checks: Sequence[Check]) -> str:
-    """One line per check, then a count of each verdict."""
-    return "\n".join([*(c.line() for c in checks), f"{len(checks)} checks: {tally(checks)}"])
-
-
 def tally(checks: Sequence[Check]) -> str:
     """How many checks ended each way: "8 ok, 1 warn"."""
     return ", ".join(

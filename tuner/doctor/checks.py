@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from tuner import host
 from tuner.doctor.check import Check
 from tuner.doctor.disk import disk_check
@@ -15,19 +17,23 @@ from tuner.doctor.setting import DoctorSetting
 
 def run_checks(setting: DoctorSetting) -> list[Check]:
     """Nine checks, each one line; none raises (a check that cannot look says so)."""
+    return list(each_check(setting))
+
+
+def each_check(setting: DoctorSetting) -> Iterator[Check]:
+    """The checks one at a time, so that a terminal shows each as it ends (the engine's
+    `import sglang`, first, takes seconds to a minute)."""
     engine, probe = engine_check(setting)
+    yield engine
+    yield flags_check(setting, probe)
     model, memory = model_check(setting)
-    return [
-        engine,
-        flags_check(setting, probe),
-        model,
-        gpus_check(setting, memory),
-        gpu_processes_check(setting),
-        sglang_servers_check(),
-        host_ram_check(setting, memory, _gpu_memory_gb(setting)),
-        ports_check(setting),
-        disk_check(setting),
-    ]
+    yield model
+    yield gpus_check(setting, memory)
+    yield gpu_processes_check(setting)
+    yield sglang_servers_check()
+    yield host_ram_check(setting, memory, _gpu_memory_gb(setting))
+    yield ports_check(setting)
+    yield disk_check(setting)
 
 
 def _gpu_memory_gb(setting: DoctorSetting) -> float | None:
