@@ -1,5 +1,4 @@
-"""One offline HTML page per study: the Pareto front, history, importance, flags, a verdict, and
-where the numbers came from (the study's provenance).
+"""One offline HTML page per study: Pareto front, history, importance, flags, verdict, provenance.
 
 The page embeds plotly.js once and loads nothing from the network, so it can be mailed, opened
 from a file share, or read on an air-gapped GPU box.
