@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "tuner"
 # simulator stands apart (the tests below): it is reached through argv, HTTP and logs only.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("tuner.cli",),
-    ("tuner.optimize", "tuner.init"),  # the commands
+    ("tuner.optimize", "tuner.init", "tuner.doctor"),  # the commands
     ("tuner.study",),  # the study loop, resolved once per run
     ("tuner.trial",),  # one trial
     ("tuner.predict",),  # what public facts predict

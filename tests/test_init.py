@@ -269,6 +269,10 @@ class _FakeNvml:
         return None
 
     @staticmethod
+    def nvmlDeviceGetCount() -> int:
+        return 1
+
+    @staticmethod
     def nvmlDeviceGetHandleByIndex(index: int) -> int:
         return index
 
@@ -278,7 +282,7 @@ class _FakeNvml:
 
     @staticmethod
     def nvmlDeviceGetMemoryInfo(_handle: int) -> object:
-        return type("Memory", (), {"total": 85_520_809_984})()
+        return type("Memory", (), {"total": 85_520_809_984, "free": 84_900_000_000})()
 
 
 def test_on_a_gpu_host_nvml_names_the_gpu_and_proc_meminfo_the_host_ram(tmp_path, monkeypatch):

@@ -163,6 +163,33 @@ def test_a_flag_the_cpu_refuses_is_recorded_with_its_reason_and_the_study_goes_o
     assert len(launched) == 3, [(t.number, t.state, t.user_attrs.get("outcome")) for t in trials]
 
 
+def test_a_real_study_records_its_provenance_and_shows_it(study, real_python):
+    # Before trial 0 the host was checked as `tuner doctor` does: nothing failed.
+    assert re.search(r"^host: 9 checks, \d+ ok", study["result"].stdout, re.M), study["result"]
+    facts = load(study["studies"], "real-cpu").user_attrs["provenance"]
+    assert facts["engine"] == "sglang" and facts["sglang_version"] == "0.5.23"
+    torch = subprocess.run(
+        [str(real_python), "-c", "import torch; print(torch.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout.strip()
+    assert facts["torch_version"] == torch and facts["cuda_version"] is None  # a CPU build
+    assert facts["server_env"]["SGLANG_USE_CPU_ENGINE"] == "1"
+    assert len(facts["model_config_sha256"]) == 64
+    listing = tuner("studies", "--studies-dir", str(study["studies"]), cwd=study["work"])
+    assert f"  engine: sglang 0.5.23, torch {torch}, CUDA none, Python 3." in listing.stdout
+    report = tuner(
+        *("report", "--study", "real-cpu", "--studies-dir", str(study["studies"])),
+        cwd=study["work"],
+        timeout=120,
+    )
+    assert report.returncode == 0, report.stdout + report.stderr
+    page = (study["studies"] / "real-cpu" / "report.html").read_text()
+    assert f"<th>torch</th><td>{torch}</td>" in page
+    assert "<th>sglang</th><td>0.5.23</td>" in page
+
+
 def test_the_exported_script_starts_real_sglang(study):
     out = study["work"] / "export"
     exported = tuner(

@@ -5,6 +5,7 @@ The package, top to bottom (imports point down; tests/test_architecture.py check
     cli.py         the `tuner` command line: parse options, call one function per command
     optimize/      `tuner optimize`: pre-flight (release, cost, --dry-run), live display, summary
     init/          `tuner init`: a commented search space for the user's model and GPU
+    doctor/        `tuner doctor`: engine, flags, model, GPUs, RAM, ports and disk, one line each
     study/         the run resolved once, the study loop, sampler, budget, guide, local search,
                    stop rule, workers, recovery
     trial/         one trial: objective, launch and measure by stages, pruning, crash model

@@ -179,6 +179,47 @@ def optimize(
         raise typer.Exit(code)
 
 
+@app.command("doctor")
+def doctor_command(
+    engine_python: str | None = typer.Option(
+        None,
+        "--engine-python",
+        help="The Python that runs sglang (default: the space's, else this one).",
+    ),
+    space: Path | None = typer.Option(
+        None, "--space", help="Search-space YAML: its model, HiCache range, device and env."
+    ),
+    port: int | None = typer.Option(
+        None, "--port", min=1, max=65535, help="Port the server will use (default: 30000)."
+    ),
+    gpus: str | None = typer.Option(
+        None, "--gpus", help="The server's GPUs, e.g. 0,1 (default: CUDA_VISIBLE_DEVICES, all)."
+    ),
+    engine_env: list[str] = typer.Option(
+        [], "--engine-env", help="KEY=VALUE for the server's environment (repeatable)."
+    ),
+    studies_dir: Path = typer.Option(
+        Path("studies"), "--studies-dir", help="Where studies and trial logs will live."
+    ),
+) -> None:
+    """Check this host for real sglang: engine, flags, model, GPUs, RAM, ports, disk."""
+    from tuner.doctor import DoctorSetting
+    from tuner.doctor.command import doctor
+    from tuner.study.options import parse_engine_env
+
+    setting = DoctorSetting.resolve(
+        engine_python=engine_python,
+        space_path=space,
+        port=port,
+        studies_dir=studies_dir,
+        gpus=gpus,
+        engine_env=parse_engine_env(engine_env),
+    )
+    code = doctor(setting, typer.echo, lambda line: typer.echo(line, err=True))
+    if code:
+        raise typer.Exit(code)
+
+
 @app.command()
 def bench(
     url: str = typer.Option("http://127.0.0.1:30000", "--url", help="Server to benchmark."),

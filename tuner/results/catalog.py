@@ -1,6 +1,7 @@
-"""`tuner studies`: every study with its trial counts and best points within the SLOs.
+"""`tuner studies`: every study with its trial counts, best points within the SLOs and provenance.
 
-It lists studies/ (or one storage) and judges feasibility by the same rule as the report.
+It lists studies/ (or one storage) and judges feasibility by the same rule as the report; each
+study says where its numbers came from (tuner/results/provenance.py).
 
 Example:
     >>> print(format_listing(list_studies(None)))  # doctest: +SKIP
@@ -18,6 +19,7 @@ from optuna.storages import BaseStorage
 from tuner.errors import UserError
 from tuner.results.goals import MAXIMIZE
 from tuner.results.pareto import Point, pareto_front
+from tuner.results.provenance import Provenance, read_provenance
 from tuner.results.storage import (
     DEFAULT_STUDIES_DIR,
     describe_storage,
@@ -50,6 +52,7 @@ class StudyListing:
     best_latency: BestPoint | None  # lowest latency within the constraints
     pareto_size: int
     error: str | None = None  # the study could not be read; the rest is empty
+    provenance: Provenance | None = None  # None for a study made before it was recorded
 
 
 def list_studies(
@@ -101,6 +104,9 @@ def summarize_study(storage: BaseStorage, name: str, location: str) -> StudyList
         best_throughput=_best(best_tput),
         best_latency=_best(best_lat),
         pareto_size=len(pareto_front(points, meta.directions)),
+        provenance=read_provenance(
+            storage.get_study_user_attrs(storage.get_study_id_from_name(name))
+        ),
     )
 
 
@@ -154,6 +160,8 @@ def format_listing(listings: Sequence[StudyListing]) -> str:
                 f"  lowest {_name(lat)}: trial {q.trial} ({_value(q.latency, lat)} at "
                 f"{_value(q.throughput, tput)})"
             )
+        if s.provenance is not None:
+            lines += [f"  {line}" for line in s.provenance.lines()]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 

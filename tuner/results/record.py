@@ -18,6 +18,8 @@ Study user attrs (set once when the study is created or resumed):
     STUDY_STOPPED        {"launched": int, "reason": str}: the stop rule ended the study before
                          --trials when it held that many launched trials
                          (tuner/study/stopping.py); stale once the study holds more
+    STUDY_PROVENANCE     where the numbers came from, recorded once: releases, GPU, driver,
+                         model config hash, server environment (tuner/results/provenance.py)
 
 Trial user attrs:
     SERVER_ARGS   list[str], the flags after `python -m sglang.launch_server`, without
@@ -89,6 +91,7 @@ STUDY_OBJECTIVES = "objectives"
 STUDY_SLOS = "slos"
 STUDY_STOPPED = "stopped"
 STUDY_GOAL = "goal"
+STUDY_PROVENANCE = "provenance"
 
 SERVER_ARGS = "server_args"
 FLAGS = "flags"

@@ -35,6 +35,7 @@ from tuner.errors import UserError
 from tuner.results import record
 from tuner.results.goals import MAXIMIZE, MINIMIZE, goal_named, is_capacity, steadiest
 from tuner.results.pareto import Point, pareto_front
+from tuner.results.provenance import Provenance, collect_provenance, record_provenance
 from tuner.results.storage import describe_storage, open_storage, storage_file
 from tuner.results.study_lock import LOCK_SUFFIX, StudyLock, ensure_writable_file
 from tuner.signals import deferred, stop_requested
@@ -193,6 +194,7 @@ def open_study(
             seed = (seed * 1_000_003 + len(study.get_trials(deepcopy=False))) % 2**32
         study.sampler = make_sampler(options.sampler, space, seed)
         ensure_study_attrs(study, run)
+        record_provenance(study, lambda: _provenance(run))
         recover_abandoned(study, options.heartbeat_s, on_event=on_event, storage=storage)
         queue_baseline_and_retries(study, lambda: default_trial_params(space, *_memory(run)))
     return study, storage
@@ -204,6 +206,20 @@ def _memory(run: Run) -> tuple[ModelMemory | None, float | None]:
     if not run.options.feasibility:
         return None, None
     return run.host.model, run.host.gpu_memory_gb
+
+
+def _provenance(run: Run) -> Provenance:
+    """What a new study records of where it runs (tuner/results/provenance.py)."""
+    return collect_provenance(
+        engine=run.options.engine,
+        python=run.target.python,
+        server_env=dict(run.target.env),
+        gpus=run.target.gpus,
+        model_path=run.space.model_path,
+        seed=run.options.seed,
+        host_facts=run.host,
+        spoken_version=run.space.engine_version,
+    )
 
 
 def run_study(run: Run, on_event: EventHook | None = None) -> StudySummary:
