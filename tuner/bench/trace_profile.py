@@ -1,5 +1,7 @@
-"""What a trace holds, in the figures that decide a bench and a space: its size and duration,
-mean and peak arrival rate, length percentiles, block-level prefix reuse and multi-turn sessions.
+"""What a trace holds, in the figures that decide a bench and a space.
+
+Its size and duration, mean and peak arrival rate, length percentiles, block-level prefix reuse
+and multi-turn sessions.
 
 Pure: a `Trace` (trace.py) in, a `TraceProfile` out. `tuner init --workload FILE` states it and
 sets the bench from it; reports draw it beside their results.

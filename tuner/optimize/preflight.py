@@ -104,7 +104,7 @@ def _resumed_elsewhere(run: Run) -> str | None:
     sglang = run.options.engine == "sglang"
     release = installed_sglang(run.target.python) if sglang else run.space.engine_version
     recorded = read_provenance(study.user_attrs)
-    return resume_warning(recorded, run.options.engine, release, run.host.gpu_name)
+    return resume_warning(recorded, run.engine, release, run.host.gpu_name)
 
 
 def _launched(run: Run) -> int:

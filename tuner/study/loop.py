@@ -211,7 +211,7 @@ def _memory(run: Run) -> tuple[ModelMemory | None, float | None]:
 def _provenance(run: Run) -> Provenance:
     """What a new study records of where it runs (tuner/results/provenance.py)."""
     return collect_provenance(
-        engine=run.options.engine,
+        engine=run.engine,
         python=run.target.python,
         server_env=dict(run.target.env),
         gpus=run.target.gpus,

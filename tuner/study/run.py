@@ -47,6 +47,11 @@ class Run:
         return self.options.study_name or self.space.name
 
     @property
+    def engine(self) -> str:
+        """ "sim" or "sglang": `--engine` when given, else where the space says it runs."""
+        return run_engine(self.space, self.options)
+
+    @property
     def engine_label(self) -> str:
         """ "real sglang 0.5.23 (python ...)" or "simulated sglang 0.5.23": what serves trials."""
         python = self.target.python if self.options.engine == "sglang" else None
