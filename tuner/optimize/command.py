@@ -10,6 +10,7 @@ from tuner.optimize.cost import study_cost
 from tuner.optimize.preflight import preflight
 from tuner.optimize.progress import OptimizeDisplay
 from tuner.optimize.summary import print_summary
+from tuner.optimize.version_check import for_installed_release
 from tuner.results.report import write_report
 from tuner.results.storage import open_storage
 from tuner.results.study_lock import ensure_writable_dir
@@ -37,6 +38,8 @@ def run_optimize(options: StudyOptions, workers: int, report: bool, dry_run: boo
     # GPUs per server: --tp-size or the space's fixed tp_size (resolve_run settles which)
     groups = gpu_groups(options.gpus, run.options.tp_size, workers)
     loaded_space = run.space
+    # --engine sglang: the space in the installed release's flag names, the translation shown
+    run = for_installed_release(run, dry_run, say=lambda line: _say(console, line))
     if preflight(console, run, dry_run):
         return 0  # a dry run: nothing launched, no study created
     ensure_writable_dir(
@@ -75,3 +78,7 @@ def run_optimize(options: StudyOptions, workers: int, report: bool, dry_run: boo
         console.print(summary.gave_up)
         return 1
     return 0
+
+
+def _say(console: Console, line: str) -> None:
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
