@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import optuna
 import pytest
 
 from tuner.engines import sglang
+from tuner.engines._sglang_versions import canonical_name
 from tuner.engines.sglang import (
     LAUNCH_MODULE,
     READY_LINE,
+    RENAMED_IN,
     build_server_args,
     load_snapshot,
+    nearest_known_version,
+    resolve_flag,
     supported_versions,
     validate_server_args,
 )
@@ -40,23 +42,60 @@ def test_constants():
 # --------------------------------------------------------------------------- snapshots
 
 
-def test_supported_versions_are_the_committed_snapshots():
+def test_every_release_of_the_0_5_line_and_the_last_0_4_ones_has_a_snapshot():
     versions = supported_versions()
-    assert versions == ["0.5.10", "0.5.11", "0.5.23"]
-    assert sorted(p.name for p in SNAPSHOTS.glob("*.json")) == [
+    for release in [
+        "0.4.9",
+        "0.4.10",
+        "0.4.10.post1",
+        "0.4.10.post2",
+        "0.5.1",
+        "0.5.3",
+        "0.5.10.post1",
+        "0.5.16",
+        "0.5.21",
+        "0.5.22",
+        "0.5.23",
+    ]:
+        assert release in versions
+    assert len([v for v in versions if v.startswith("0.5.")]) == 42  # 0.5.1 ... 0.5.23 + posts
+    assert versions.index("0.5.9") < versions.index("0.5.10") < versions.index("0.5.10.post1")
+    assert sorted(p.name for p in SNAPSHOTS.glob("*.json")) == sorted(
         f"sglang-{v}.json" for v in versions
-    ]
+    )
+
+
+def test_snapshots_stay_small():
+    # They ship in the package: each release but the oldest holds only what it changed.
+    total = sum(p.stat().st_size for p in SNAPSHOTS.glob("*.json"))
+    assert total < 800_000
+    assert max(p.stat().st_size for p in SNAPSHOTS.glob("*.json")) < 60_000
 
 
 @pytest.mark.parametrize("path", sorted(SNAPSHOTS.glob("sglang-*.json")), ids=lambda p: p.name)
 def test_snapshot_files_are_dumps_of_the_real_parser(path: Path):
     data = json.loads(path.read_text())
-    assert data["format"] == 1 and data["generated_by"] == "tools/dump_sglang_flags.py"
+    assert data["format"] == 2 and data["generated_by"] == "tools/dump_sglang_flags.py"
     assert path.name == f"sglang-{data['sglang_version']}.json"
     assert data["source"].startswith("wheel sglang-")  # no machine path in a committed file
-    assert len(data["options"]) > 300
-    model = next(o for o in data["options"] if o["dest"] == "model_path")
-    assert model["flags"] == ["--model-path", "--model"] and model["required"] is True
+    snapshot = load_snapshot(data["sglang_version"])
+    assert snapshot.version == data["sglang_version"]
+    assert len(snapshot.options) > 150
+    model = snapshot.option("model_path")
+    assert model.flags[0] == "--model-path" and model.required is True
+
+
+def test_a_release_file_holds_what_changed_against_the_one_before():
+    data = json.loads((SNAPSHOTS / "sglang-0.5.14.json").read_text())
+    assert data["base"] == "0.5.13.post1"
+    changed = {e["flags"][0]: e for e in data["options"] if isinstance(e, dict)}
+    assert "--mamba-radix-cache-strategy" in changed  # new in 0.5.14
+    # sglang's own deprecation alias for the old name, storing into the new one
+    old = changed["--mamba-scheduler-strategy"]
+    assert old["new_flag"] == "--mamba-radix-cache-strategy"
+    assert old["dest"] == "mamba_radix_cache_strategy"
+    assert "model-path" in data["options"]  # unchanged: named only
+    assert load_snapshot("0.5.13").option("mamba_radix_cache_strategy") is None
 
 
 def test_load_snapshot_knows_aliases_types_and_choices():
@@ -77,22 +116,57 @@ def test_load_snapshot_knows_aliases_types_and_choices():
     assert "NEXTN" in old.option("speculative_algorithm").choices
 
 
-def test_unknown_version_lists_known_ones():
+def test_unknown_version_lists_known_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNER_SGLANG_FLAGS_CACHE", str(tmp_path))
     with pytest.raises(UserError, match=r"no flag snapshot for sglang 0\.6\.0; known versions: "):
         load_snapshot("0.6.0")
 
 
-def test_post_release_uses_its_base_snapshot():
-    assert load_snapshot("0.5.10.post1").version == "0.5.10"
+def test_post_release_without_a_snapshot_uses_its_base_snapshot():
+    assert load_snapshot("0.5.10.post1").version == "0.5.10.post1"  # its own
+    assert load_snapshot("0.5.23.post1").version == "0.5.23"
+
+
+def test_renames_are_followed_through_every_release():
+    # Each name of a flag reaches the release's own name, also across two renames.
+    assert resolve_flag("cuda_graph_max_bs_decode", "0.5.10").flags == ("--cuda-graph-max-bs",)
+    assert resolve_flag("cuda_graph_max_bs", "0.5.20").flags == ("--cuda-graph-max-bs-decode",)
+    assert resolve_flag("dsa_decode_backend", "0.5.3").flags == ("--nsa-decode",)
+    assert resolve_flag("nsa_decode", "0.5.23").flags == ("--dsa-decode-backend",)
+    # 0.5.14-0.5.19 keep the old name as a deprecation pointing at the new one: use the new.
+    assert resolve_flag("mamba_scheduler_strategy", "0.5.16").flags == (
+        "--mamba-radix-cache-strategy",
+    )
+    assert canonical_name("--nsa-prefill") == "dsa_prefill_backend"
+    assert RENAMED_IN["mamba_scheduler_strategy"] == "0.5.14"
+
+
+@pytest.mark.parametrize(("old", "new"), sglang.RENAMED_FLAGS)
+def test_each_rename_is_what_the_snapshots_show(old, new):
+    # (RENAMED_FLAGS lists (newer, older); the parameters are named the other way round.)
+    newer, older = old, new
+    since = RENAMED_IN[older]
+    versions = supported_versions()
+    before = versions[versions.index(since) - 1]
+    assert load_snapshot(since).option(newer) is not None
+    assert load_snapshot(before).option(newer) is None
+    assert load_snapshot(before).option(older) is not None
+
+
+def test_nearest_known_release():
+    assert nearest_known_version("0.5.21") == "0.5.21"
+    assert nearest_known_version("0.5.23.post1") == "0.5.23"
+    assert nearest_known_version("0.5.24") == "0.5.23"
+    assert nearest_known_version("0.5.24.dev0") == "0.5.23"
+    assert nearest_known_version("0.6.0") == "0.5.23"
+    assert nearest_known_version("0.5.2.post1") == "0.5.2"
+    assert nearest_known_version("0.4.8") == "0.4.9"  # older than all: the oldest
 
 
 def _dump_tool():
-    spec = importlib.util.spec_from_file_location(
-        "dump_sglang_flags", REPO / "tools" / "dump_sglang_flags.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from tuner.engines import _parser_dump
+
+    return _parser_dump
 
 
 def test_dump_and_rebuild_round_trip_on_a_small_parser():
@@ -154,7 +228,17 @@ def test_dump_tool_refuses_stand_ins_in_the_parser():
     parser.add_argument("--dtype", default=stand_in)
     with pytest.raises(SystemExit, match=r"dtype\.default"):
         tool.describe_parser(parser)
-    sys.modules.pop("dump_sglang_flags", None)
+
+
+def test_dump_tool_says_which_package_an_empty_parser_needs():
+    assert tool_message({"msgspec", "torch"}).startswith(
+        "sglang's parser came out empty without msgspec: install it into that environment"
+    )
+    assert "missing packages: numpy, torch" in tool_message({"torch", "numpy"})
+
+
+def tool_message(stood_in):
+    return _dump_tool()._empty_parser_message(stood_in)
 
 
 # --------------------------------------------------------------------------- build_server_args
@@ -188,6 +272,7 @@ def test_build_server_args_example_from_the_contract():
     [
         ({"cuda_graph_max_bs_decode": 64}, OLD, ["--cuda-graph-max-bs", "64"]),
         ({"cuda_graph_max_bs": 64}, NEW, ["--cuda-graph-max-bs-decode", "64"]),
+        ({"cuda_graph_max_bs_prefill": 8}, OLD, ["--piecewise-cuda-graph-max-tokens", "8"]),
         (
             {"mamba_scheduler_strategy": "no_buffer"},
             NEW,
@@ -235,8 +320,8 @@ def test_boolean_optional_flags_get_the_explicit_form():
         ),
         (
             {"cuda_graph_max_bs_prefill": 8},
-            OLD,
-            "sglang 0.5.10 has no flag 'cuda_graph_max_bs_prefill'",
+            "0.5.3",
+            "sglang 0.5.3 has no flag 'cuda_graph_max_bs_prefill'",
         ),
         (
             {"mamba_radix_cache_strategy": "extra_buffer_lazy"},

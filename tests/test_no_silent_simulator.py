@@ -122,6 +122,10 @@ class _OneH100:
         return None
 
     @staticmethod
+    def nvmlDeviceGetCount() -> int:
+        return 1
+
+    @staticmethod
     def nvmlDeviceGetHandleByIndex(index: int) -> int:
         return index
 
@@ -131,7 +135,7 @@ class _OneH100:
 
     @staticmethod
     def nvmlDeviceGetMemoryInfo(_handle: int) -> object:
-        return type("Memory", (), {"total": 85_520_809_984})()
+        return type("Memory", (), {"total": 85_520_809_984, "free": 85_000_000_000})()
 
 
 def test_the_simulator_on_a_host_with_a_gpu_and_sglang_says_so(tmp_path, monkeypatch, capsys):

@@ -12,14 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 from support.sim_spaces import small_space
-from typer.testing import CliRunner
 
 from tuner import launcher
-from tuner.cli import app
 from tuner.engines.model_config import ModelMemory
-from tuner.errors import UserError
 from tuner.host import HostFacts
-from tuner.optimize import version_check
 from tuner.optimize.command import run_optimize
 from tuner.optimize.cost import GRAPH_CAPTURE_S, LOAD_RATE_GB_S, PROCESS_START_S, study_cost
 from tuner.space.load import load_space
@@ -140,44 +136,3 @@ def test_a_resumed_study_costs_only_what_is_left(tmp_path):
     )
     out = _dry_run(tmp_path, space, "--trials", "3")
     assert "cost: 2 launches (1 already in the study)" in out
-
-
-def test_version_mismatch_writes_the_translated_space(tmp_path, monkeypatch):
-    monkeypatch.setattr(version_check, "installed_sglang", lambda python=None: "0.5.10")
-    space = load_space(QWEN3_8B)
-    with pytest.raises(UserError) as raised:
-        version_check.check_installed_sglang(space, out_dir=tmp_path)
-    message = str(raised.value)
-    assert "\n" not in message
-    assert "the space names sglang 0.5.23 but 0.5.10 is installed" in message
-    assert "cuda_graph_max_bs_decode is passed as --cuda-graph-max-bs" in message
-    translated = tmp_path / "qwen3-8b-h200.sglang-0.5.10.yaml"
-    assert f"run with --space {translated}" in message
-    loaded = load_space(translated)
-    assert loaded.engine_version == "0.5.10"
-    assert set(loaded.params) == set(space.params)
-    assert yaml.safe_load(translated.read_text())["params"]["max_running_requests"]["high"] == (
-        "concurrency"  # the relative bound survives the translation
-    )
-
-
-def test_engine_sglang_checks_the_release_before_anything(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(version_check, "installed_sglang", lambda python=None: "0.5.10")
-    result = CliRunner().invoke(
-        app, ["optimize", "--engine", "sglang", "--space", str(QWEN3_8B), "--dry-run"]
-    )
-    assert isinstance(result.exception, UserError)
-    assert (tmp_path / "qwen3-8b-h200.sglang-0.5.10.yaml").is_file()
-    monkeypatch.setattr(version_check, "installed_sglang", lambda python=None: None)
-    with pytest.raises(UserError, match=r"sglang is not installed here.*\[sglang\]"):
-        version_check.check_installed_sglang(load_space(QWEN3_8B))
-    # ... which a dry run only notes: the cost can be read on a laptop before the GPU host.
-    dry = CliRunner().invoke(
-        app, ["optimize", "--engine", "sglang", "--space", str(QWEN3_8B), "--dry-run"]
-    )
-    assert dry.exit_code == 0, dry.output
-    assert "note: --engine sglang: sglang is not installed here" in dry.output
-    assert "cost: 40 launches" in dry.output
-    monkeypatch.setattr(version_check, "installed_sglang", lambda python=None: "0.5.23.post1")
-    version_check.check_installed_sglang(load_space(QWEN3_8B))  # same flags: nothing to say

@@ -404,8 +404,8 @@ def test_boolean_condition_does_not_match_one(tmp_path: Path):
         ),
         ({"engine": {"version": "0.4.0"}}, "engine.version: no flag snapshot for sglang 0.4.0"),
         (
-            {"engine": {"version": "0.5.10"}, "fixed_flags": {"cuda_graph_max_bs_prefill": 8}},
-            "fixed_flags.cuda_graph_max_bs_prefill: sglang 0.5.10 has no flag",
+            {"engine": {"version": "0.5.3"}, "fixed_flags": {"cuda_graph_max_bs_prefill": 8}},
+            "fixed_flags.cuda_graph_max_bs_prefill: sglang 0.5.3 has no flag",
         ),
     ],
 )

@@ -1,429 +1,112 @@
-"""Dump sglang's real launch-server parser to tuner/engines/snapshots/sglang-<version>.json.
+"""Dump sglang releases' real launch-server parsers to tuner/engines/snapshots/sglang-<v>.json.
 
 The tuner checks every argv it builds against these snapshots, so they must come from sglang's own
-`ServerArgs.add_cli_args`, never be written by hand. Importing `sglang.srt.server_args` pulls in
-torch, CUDA kernels and dozens of packages that cannot be installed on a machine without a GPU, so
-this script imports it with every third-party module it cannot find replaced by an inert stand-in
-and every sglang module that fails half-way kept as far as it got. Only the parser definition has
-to run for real, and the script refuses to write a snapshot in which a stand-in leaked into a
-type, default or choice list.
+`ServerArgs.add_cli_args`, never be written by hand. tuner/engines/_parser_dump.py does the
+reading (third-party modules sglang cannot import here are inert stand-ins); this script runs it
+once per wheel, each in its own process, and writes the folder:
 
-Regenerate a snapshot (no GPU, no sglang install needed):
-
-    pip download --no-deps sglang==0.5.23 -d /tmp/sglang-wheels
+    for v in 0.5.21 0.5.22 0.5.23; do pip download --no-deps sglang==$v -d /tmp/sglang-wheels; done
     pip install --target /tmp/sglang-deps msgspec   # 0.5.2x declares ServerArgs with msgspec
-    PYTHONPATH=/tmp/sglang-deps .venv/bin/python tools/dump_sglang_flags.py \\
-        /tmp/sglang-wheels/sglang-0.5.23-*.whl
+    PYTHONPATH=/tmp/sglang-deps .venv/bin/python tools/dump_sglang_flags.py /tmp/sglang-wheels/*.whl
 
-The argument may also be an unpacked source tree (a folder holding `sglang/`), or `--installed`
-on a host where sglang is installed for real (then nothing is stubbed that can be imported).
-Add the version to `tuner/engines/sglang.py` (renames, startup rules) when it changes flags the
-tuner uses, and commit the JSON.
+A source argument may also be an unpacked source tree (a folder holding `sglang/`), or
+`--installed` for the sglang installed for this Python. Each file but the oldest holds only what
+its release changed against the release before it (`"base"`: unchanged options are named by
+their first flag), so the folder is rewritten as a whole after every dump. Add a flag the tuner
+uses that a release renamed to RENAMED_FLAGS (tuner/engines/_sglang_versions.py), and commit the
+JSON.
 """
 
 from __future__ import annotations
 
-import abc
 import argparse
-import enum
-import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import json
-import math
-import re
+import subprocess
 import sys
 import tempfile
-import types
-import zipfile
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-SNAPSHOT_FORMAT = 1
+from tuner.engines import _parser_dump
+from tuner.engines._sglang_versions import version_key
+from tuner.engines.snapshot import delta_entries, expand_entries, snapshot_text
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO_ROOT / "tuner" / "engines" / "snapshots"
 
-# Packages whose mere presence switches sglang to another platform (Ascend, Habana, Intel, Moore
-# Threads, Apple). A real CUDA host does not have them, so they must stay absent here too.
-_ABSENT_PACKAGES = frozenset(
-    {
-        "torch_npu",
-        "habana_frameworks",
-        "intel_extension_for_pytorch",
-        "torch_musa",
-        "torchada",
-        "torch_mlu",
-        "mlx",
-        "_winapi",
-        "msvcrt",
-        "winreg",
-    }
-)
-# Attributes of the stand-in torch that sglang inspects while importing: answer as a CUDA build
-# would, so platform checks (`torch.version.hip is not None`) take the CUDA branch.
-_KNOWN_VALUES: dict[str, Any] = {
-    "torch.version.hip": None,
-    "torch.version.cuda": "12.9",
-    "torch.version.git_version": "0",
-    "torch.version.musa": None,
-}
-_MISSING_ATTRIBUTES = frozenset(
-    {"torch.npu", "torch.xpu", "torch.musa", "torch.hpu", "torch.mlu", "torch.mps"}
-)
 
-
-# --------------------------------------------------------------------------- stand-ins
-
-
-class _StandInMeta(abc.ABCMeta):
-    """Every attribute of a stand-in is another stand-in class, so that subclassing, decorating,
-    indexing (`torch.Tensor[...]`) and calling all work at import time."""
-
-    def __getattr__(cls, name: str) -> Any:
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        return _attribute(cls.__name__, name)
-
-    def __getitem__(cls, item: Any) -> Any:
-        return cls
-
-    def __or__(cls, other: Any) -> Any:
-        return cls
-
-    __ror__ = __or__
-
-    def __iter__(cls) -> Any:
-        return iter(())
-
-    def __len__(cls) -> int:
-        return 0
-
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        if len(args) == 1 and callable(args[0]) and not kwargs:
-            return args[0]  # used as a bare decorator
-        return super().__call__()
-
-    def __repr__(cls) -> str:
-        return f"<stand-in {cls.__name__}>"
-
-
-# Module-level arithmetic on constants of missing packages (`-torch.finfo(...).max`,
-# `torch.iinfo(...).max + 1`) must not abort the import of an sglang module the parser needs.
-_OPERATORS = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "lshift", "rshift")
-_ARITHMETIC = (*_OPERATORS, *(f"r{name}" for name in _OPERATORS), "and", "xor", "matmul")
-
-
-def _same(self: Any, *args: Any) -> Any:
-    return self
-
-
-for _name in (*_ARITHMETIC, "neg", "pos", "abs", "invert"):
-    setattr(_StandInMeta, f"__{_name}__", _same)
-for _name, _value in (("int", 0), ("index", 0), ("float", 0.0)):
-    setattr(_StandInMeta, f"__{_name}__", lambda self, _v=_value: _v)
-
-
-def _stand_in(qualname: str) -> type:
-    namespace: dict[str, Any] = {
-        "__init__": lambda self, *a, **k: None,
-        "__getattr__": lambda self, name: _attribute(type(self).__name__ + "()", name),
-        "__call__": lambda self, *a, **k: self,
-        "__bool__": lambda self: False,
-        "__iter__": lambda self: iter(()),
-        "__len__": lambda self: 0,
-        "__getitem__": lambda self, item: self,
-        "__int__": lambda self: 0,
-        "__index__": lambda self: 0,
-        "__float__": lambda self: 0.0,
-        "__get_pydantic_core_schema__": classmethod(_any_schema),
-    }
-    for name in (*_ARITHMETIC, "neg", "pos", "abs", "invert"):
-        namespace[f"__{name}__"] = _same
-    return _StandInMeta(qualname, (), namespace)
-
-
-def _any_schema(cls: type, source: Any, handler: Any) -> Any:
-    from pydantic_core import core_schema
-
-    return core_schema.any_schema()
-
-
-def _attribute(owner: str, name: str) -> Any:
-    if name.startswith("__") and name.endswith("__"):
-        raise AttributeError(name)
-    qualname = f"{owner}.{name}"
-    if qualname in _MISSING_ATTRIBUTES:
-        raise AttributeError(qualname)
-    if qualname in _KNOWN_VALUES:
-        return _KNOWN_VALUES[qualname]
-    return _stand_in(qualname)
-
-
-def _is_stand_in(value: Any) -> bool:
-    return isinstance(value, _StandInMeta) or isinstance(type(value), _StandInMeta)
-
-
-class _StandInModule(types.ModuleType):
-    __version__ = "99.0.0"
-
-    def __getattr__(self, name: str) -> Any:
-        value = _attribute(self.__name__, name)
-        setattr(self, name, value)
-        return value
-
-
-class _StandInLoader(importlib.abc.Loader):
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        module = _StandInModule(spec.name)
-        module.__path__ = []  # a package, so `import x.y.z` works below it
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        pass
-
-
-class _TolerantModule(types.ModuleType):
-    """An sglang module whose import failed half-way: names it never defined are stand-ins."""
-
-    def __getattr__(self, name: str) -> Any:
-        return _attribute(self.__name__, name)
-
-
-class _TolerantLoader(importlib.abc.Loader):
-    def __init__(self, real: importlib.abc.Loader, failures: dict[str, str]) -> None:
-        self.real = real
-        self.failures = failures
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
-        return None
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        module.__class__ = _TolerantModule
-        try:
-            self.real.exec_module(module)
-        except Exception as exc:  # the parser only needs what was defined before the failure
-            self.failures[module.__name__] = f"{type(exc).__name__}: {exc}"[:160]
-
-
-class _StandInFinder(importlib.abc.MetaPathFinder):
-    """Loads sglang from `root` tolerantly and stands in for third-party modules it lacks."""
-
-    def __init__(self, root: Path | None) -> None:
-        self.root = root
-        self.stood_in: set[str] = set()
-        self.failures: dict[str, str] = {}
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        top = name.partition(".")[0]
-        if top == "sglang":
-            search = path if path is not None or self.root is None else [str(self.root)]
-            spec = importlib.machinery.PathFinder.find_spec(name, search)
-            if spec is not None and spec.loader is not None:
-                spec.loader = _TolerantLoader(spec.loader, self.failures)
-            return spec
-        if top in _ABSENT_PACKAGES or not _is_import_statement():
-            return None  # `importlib.util.find_spec` probes must see what a CUDA host has
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            if finder.find_spec(name, path, target) is not None:
-                return None
-        self.stood_in.add(top)
-        return importlib.util.spec_from_loader(name, _StandInLoader(), is_package=True)
-
-
-def _is_import_statement() -> bool:
-    frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code.co_name == "_find_and_load_unlocked":
-            return True
-        if frame.f_code.co_name == "find_spec" and frame.f_globals.get("__name__") == (
-            "importlib.util"
-        ):
-            return False
-        frame = frame.f_back
-    return False
-
-
-# --------------------------------------------------------------------------- building the parser
-
-
-def build_real_parser(root: Path | None) -> tuple[argparse.ArgumentParser, _StandInFinder]:
-    """Import sglang from `root` (None = installed) and return the parser it builds."""
-    finder = _StandInFinder(root)
-    sys.meta_path.insert(0, finder)
-    if root is not None:
-        # sglang/__init__.py starts the runtime (patches, env checks); the parser needs none of
-        # it, so the package is entered as a bare namespace.
-        package = types.ModuleType("sglang")
-        package.__path__ = [str(root / "sglang")]
-        sys.modules["sglang"] = package
-    server_args = importlib.import_module("sglang.srt.server_args")
-    if "sglang.srt.server_args" in finder.failures:
-        raise SystemExit(
-            "sglang.srt.server_args itself failed to import: "
-            f"{finder.failures['sglang.srt.server_args']}"
+def dump_in_child(source: Path | None) -> dict[str, Any]:
+    """The document of one wheel / source tree (None: the installed sglang), read in a child
+    process so that every release gets a fresh interpreter."""
+    args = ["--installed"] if source is None else [str(source)]
+    script = (
+        f"import runpy; runpy.run_path({str(Path(_parser_dump.__file__))!r}, run_name='__main__')"
+    )
+    with tempfile.TemporaryDirectory(prefix="sglang-dump-") as cwd:
+        done = subprocess.run(
+            [sys.executable, "-c", script, *args], capture_output=True, text=True, cwd=cwd
         )
-    parser = argparse.ArgumentParser(prog="sglang.launch_server")
-    server_args.ServerArgs.add_cli_args(parser)
-    return parser, finder
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"{source or 'installed sglang'}: {last}")
+    document: dict[str, Any] = json.loads(done.stdout)
+    return document
 
 
-# --------------------------------------------------------------------------- describing it
-
-_KINDS: list[tuple[type[argparse.Action], str]] = [
-    (argparse._StoreTrueAction, "store_true"),
-    (argparse._StoreFalseAction, "store_false"),
-    (argparse._StoreConstAction, "store_const"),
-    (argparse._AppendConstAction, "append_const"),
-    (argparse._AppendAction, "append"),
-    (argparse._CountAction, "count"),
-    (argparse._StoreAction, "store"),
-    (argparse.BooleanOptionalAction, "boolean_optional"),
-]
-
-
-def describe_parser(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
-    """Every option of `parser` as plain JSON data, in the parser's order."""
-    leaks: list[str] = []
-    options = []
-    for action in parser._actions:
-        if isinstance(action, argparse._HelpAction):
-            continue
-        for attr in ("type", "default", "choices", "const"):
-            value = getattr(action, attr)
-            values = value if isinstance(value, list | tuple | set | frozenset) else [value]
-            if any(_is_stand_in(v) for v in values):
-                leaks.append(f"{action.dest}.{attr}")
-        options.append(describe_action(action))
-    if leaks:
-        raise SystemExit(
-            "a stand-in for a missing package leaked into the parser (" + ", ".join(leaks) + "); "
-            "install the package it comes from (see PYTHONPATH in this script's docstring)"
+def full_documents(folder: Path) -> dict[str, dict[str, Any]]:
+    """Every snapshot in `folder` with its options expanded (deltas resolved), by release."""
+    raw = {
+        json.loads(p.read_text(encoding="utf-8"))["sglang_version"]: json.loads(
+            p.read_text(encoding="utf-8")
         )
-    return options
-
-
-def describe_action(action: argparse.Action) -> dict[str, Any]:
-    kind = next((name for cls, name in _KINDS if type(action) is cls), None)
-    option: dict[str, Any] = {
-        "dest": action.dest,
-        "flags": list(action.option_strings),
-        "kind": kind or "custom",
+        for p in folder.glob("sglang-*.json")
     }
-    if kind is None:
-        option["action_class"] = type(action).__name__
-        for extra in ("error_message", "new_flag", "const_value"):
-            if getattr(action, extra, None) is not None:
-                option[extra] = _jsonable(getattr(action, extra))
-    option["type"] = _type_name(action.type)
-    option["nargs"] = action.nargs
-    option["const"] = _jsonable(action.const)
-    option["default"] = _jsonable(action.default)
-    option["choices"] = None if action.choices is None else _jsonable_choices(action.choices)
-    option["required"] = bool(action.required)
-    option["help"] = " ".join((action.help or "").split()) if action.help else None
-    return option
+    full: dict[str, dict[str, Any]] = {}
+
+    def expand(version: str) -> dict[str, Any]:
+        if version not in full:
+            document = dict(raw[version])
+            base = document.pop("base", None)
+            if base is not None:
+                document["options"] = expand_entries(document["options"], expand(base)["options"])
+            full[version] = document
+        return full[version]
+
+    for version in raw:
+        expand(version)
+    return full
 
 
-def _type_name(converter: Any) -> str | None:
-    if converter is None:
-        return None
-    return getattr(converter, "__name__", type(converter).__name__)
-
-
-def _jsonable_choices(choices: Iterable[Any]) -> list[Any]:
-    values = [_jsonable(c) for c in choices]
-    if isinstance(choices, set | frozenset):
-        values.sort(key=str)  # sets have no order; a stable file diffs cleanly
-    return values
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, enum.Enum):
-        return _jsonable(value.value)
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else repr(value)
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, set | frozenset):
-        return _jsonable_choices(value)
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return repr(value)
-
-
-def snapshot_document(version: str, source: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
-    return {
-        "format": SNAPSHOT_FORMAT,
-        "sglang_version": version,
-        "source": source,
-        "generated_by": "tools/dump_sglang_flags.py",
-        "options": describe_parser(parser),
-    }
-
-
-# --------------------------------------------------------------------------- inputs
-
-
-def unpack_wheel(wheel: Path, into: Path) -> str:
-    """Extract the sglang package of a wheel; return the version from its metadata."""
-    with zipfile.ZipFile(wheel) as archive:
-        version = None
-        for name in archive.namelist():
-            if name.endswith(".dist-info/METADATA"):
-                text = archive.read(name).decode("utf-8")
-                match = re.search(r"^Version:\s*(\S+)", text, re.MULTILINE)
-                version = match.group(1) if match else None
-            if name.startswith("sglang/") and name.endswith(".py"):
-                archive.extract(name, into)
-    if version is None:
-        raise SystemExit(f"{wheel}: no Version in the wheel's METADATA")
-    return version
-
-
-def source_version(root: Path) -> str:
-    text = (root / "sglang" / "version.py").read_text(encoding="utf-8")
-    match = re.search(r"__version__\s*=\s*[\"']([^\"']+)", text)
-    if not match:
-        raise SystemExit(f"{root}/sglang/version.py: no __version__")
-    return match.group(1)
+def write_folder(folder: Path, documents: dict[str, dict[str, Any]]) -> None:
+    """Write every release as a delta against the one before it (the oldest in full)."""
+    order = sorted(documents, key=version_key)
+    for previous, version in zip([None, *order], order, strict=False):
+        document = dict(documents[version])
+        if previous is not None:
+            document["base"] = previous
+            document["options"] = delta_entries(
+                documents[version]["options"], documents[previous]["options"]
+            )
+        path = folder / f"sglang-{version}.json"
+        path.write_text(snapshot_text(document), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
-    cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    cli.add_argument("source", nargs="?", type=Path, help="sglang wheel or unpacked source tree")
-    cli.add_argument("--installed", action="store_true", help="use the installed sglang")
+    cli = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    cli.add_argument("sources", nargs="*", type=Path, help="sglang wheels or source trees")
+    cli.add_argument("--installed", action="store_true", help="the installed sglang too")
     cli.add_argument("--out", type=Path, default=DEFAULT_OUT, help="snapshot folder")
     args = cli.parse_args(argv)
-    if args.installed == (args.source is not None):
-        cli.error("give either a wheel / source folder or --installed")
-
-    with tempfile.TemporaryDirectory(prefix="sglang-src-") as tmp:
-        if args.installed:
-            import importlib.metadata
-
-            version, root, source = importlib.metadata.version("sglang"), None, "installed"
-        elif args.source.is_file():
-            version = unpack_wheel(args.source, Path(tmp))
-            root, source = Path(tmp), f"wheel {args.source.name}"
-        else:
-            root = args.source
-            version, source = source_version(root), f"source tree sglang {source_version(root)}"
-        parser, finder = build_real_parser(root)
-        document = snapshot_document(version, source, parser)
-
+    if not args.sources and not args.installed:
+        cli.error("give wheels / source folders, or --installed")
     args.out.mkdir(parents=True, exist_ok=True)
-    target = args.out / f"sglang-{version}.json"
-    target.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"wrote {target} ({len(document['options'])} options)")
-    print(f"stood in for: {', '.join(sorted(finder.stood_in)) or 'nothing'}", file=sys.stderr)
-    for module, error in sorted(finder.failures.items()):
-        print(f"partly imported {module}: {error}", file=sys.stderr)
+    documents = full_documents(args.out)
+    for source in [*args.sources, *([None] if args.installed else [])]:
+        document = dump_in_child(source)
+        documents[document["sglang_version"]] = document
+        print(f"{document['sglang_version']}: {len(document['options'])} options ({source})")
+    write_folder(args.out, documents)
+    print(f"wrote {len(documents)} snapshots to {args.out}")
     return 0
 
 

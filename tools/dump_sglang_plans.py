@@ -3,7 +3,7 @@
 The planning step that splits the memory left after the weights between recurrent-state slots,
 the speculative reserve and the KV pool is plain arithmetic in sglang, over values that a GPU run
 measures first (free memory after loading) and a few resolved settings. This script imports the
-release's planning code the way tools/dump_sglang_flags.py imports its parser (third-party
+release's planning code the way tuner/engines/_parser_dump.py imports its parser (third-party
 modules replaced by inert stand-ins), gives it those measured values and settings through
 minimal stand-in objects, calls it, and records the result:
 
@@ -83,8 +83,7 @@ def rest_gib(fraction: float, spec: bool) -> float:
 
 
 def _import_release(root: Path) -> None:
-    sys.path.insert(0, str(REPO_ROOT / "tools"))
-    from dump_sglang_flags import _StandInFinder
+    from tuner.engines._parser_dump import _StandInFinder
 
     finder = _StandInFinder(root)
     sys.meta_path.insert(0, finder)
@@ -230,8 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.wheels:
         cli.error("give at least one sglang wheel")
-    sys.path.insert(0, str(REPO_ROOT / "tools"))
-    from dump_sglang_flags import unpack_wheel
+    from tuner.engines._parser_dump import unpack_wheel
 
     releases: dict[str, Any] = {}
     for wheel in args.wheels:

@@ -9,7 +9,8 @@ from pathlib import Path
 from tuner import host
 from tuner.doctor.check import FAIL, OK, WARN, Check
 from tuner.doctor.setting import DoctorSetting
-from tuner.engines.sglang import supported_versions
+from tuner.engines.sglang import release_flags
+from tuner.errors import UserError
 
 _INSTALL_HINT = (
     "on a GPU host pip install 'sglang-tuner[sglang]' there, on a CPU "
@@ -56,20 +57,14 @@ def flags_check(setting: DoctorSetting, probe: host.EngineProbe | None) -> Check
     version = probe.sglang_version if probe else None
     if version is None:
         return Check("flags", WARN, "not checked: no sglang release to read the flags of")
-    known = supported_versions()
+    try:
+        flags = release_flags(setting.python, version, setting.env)
+    except UserError as exc:  # no snapshot, and the live read failed
+        return Check("flags", FAIL, str(exc))
+    source = flags.source
+    if not flags.committed:
+        source += f"; start-up rules and memory plan of {flags.rules_from}, the nearest known"
     base = re.sub(r"\.post\d+$", "", version)
-    if version in known:
-        source = f"the committed snapshot sglang-{version}.json"
-    elif base in known:
-        source = f"the {base} snapshot (a post release keeps its base release's flags)"
-    else:
-        # No snapshot: the tuner cannot check or translate flags for this release.
-        return Check(
-            "flags",
-            FAIL,
-            f"sglang {version} has no committed flag snapshot (known: {', '.join(known)}); "
-            f"install one of those releases",
-        )
     reason = f"sglang {version}: flags from {source}"
     spoken = setting.space.engine_version if setting.space else None
     if spoken and re.sub(r"\.post\d+$", "", spoken) != base:

@@ -14,7 +14,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import SupportsFloat, SupportsIndex, SupportsInt
 
-from tuner.engines._sglang_versions import canonical_name, load_snapshot, version_key
+from tuner.engines._sglang_versions import (
+    canonical_name,
+    load_snapshot,
+    nearest_known_version,
+    version_key,
+)
 from tuner.engines.snapshot import ParserSnapshot
 
 # sglang's speculative algorithm names (0.5.23 `SpeculativeAlgorithm` plus the NEXTN alias);
@@ -58,8 +63,17 @@ class _Config:
 
     @property
     def legacy_mamba(self) -> bool:
-        # Releases before the radix-cache rename resolve strategies in ServerArgs itself.
-        return self.snapshot.option("mamba_scheduler_strategy") is not None
+        # Releases before the radix-cache rename (0.5.14) resolve strategies in ServerArgs itself
+        # and follow the 0.5.10 / 0.5.11 rules read here.
+        return self.snapshot.option("mamba_radix_cache_strategy") is None
+
+    @property
+    def mamba_strategies(self) -> bool:
+        """False before 0.5.7, whose releases have no Mamba strategy flag at all."""
+        return any(
+            self.snapshot.option(name) is not None
+            for name in ("mamba_radix_cache_strategy", "mamba_scheduler_strategy")
+        )
 
     @property
     def model(self) -> str:
@@ -78,13 +92,14 @@ def check_startup_rules(
 ) -> list[str]:
     """Messages for every start-up rule of `version` that `flags` break; [] = sglang would start.
 
-    `flags` uses flag names with underscores (either release's spelling of a renamed flag).
+    `flags` uses flag names with underscores (any release's spelling of a renamed flag). A
+    release without a committed snapshot is held to the rules of the nearest known one.
     `hybrid` says whether the model has Mamba-style layers; None infers it from `model_path`
     in `flags` (Qwen3.5/3.6, Qwen3-Next, Nemotron-H, Falcon-H1, Granite-4.0-H, Kimi-Linear,
     Jamba, Mamba) or, without a recognisable model path, from a Mamba flag being set.
     """
     given = {canonical_name(k): v for k, v in flags.items()}
-    snapshot = load_snapshot(version)
+    snapshot = load_snapshot(nearest_known_version(version))
     if hybrid is None:
         hybrid = _looks_hybrid(given)
     config = _Config(given=given, snapshot=snapshot, hybrid=hybrid)
@@ -198,6 +213,8 @@ def _speculative_topk_backends(c: _Config) -> list[str]:
 
 
 def _mamba_strategy(c: _Config) -> list[str]:
+    if not c.mamba_strategies:
+        return []
     strategy = str(c["mamba_radix_cache_strategy"] or "auto")
     if not c.hybrid:
         if not c.legacy_mamba and strategy.startswith("extra_buffer"):

@@ -10,7 +10,8 @@
 Flags use the canonical (0.5.23) names with underscores; values follow one rule for every
 version: None = not passed, a bool switches a store_true flag on or off, anything else is passed
 as text. Flag names, aliases and choices come from the committed snapshot of each version's real
-parser (tuner/engines/snapshots/, made by tools/dump_sglang_flags.py), never from this file.
+parser (tuner/engines/snapshots/, made by tools/dump_sglang_flags.py), or for a release without
+one from its parser read live (`release_flags`), never from this file.
 """
 
 from __future__ import annotations
@@ -18,12 +19,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from tuner.engines._sglang_live import ReleaseFlags, release_flags
 from tuner.engines._sglang_log import READY_LINE, classify_failure, crash_cause, parse_capacity
 from tuner.engines._sglang_rules import check_startup_rules
 from tuner.engines._sglang_versions import (
     CANONICAL_VERSION,
     RENAMED_FLAGS,
+    RENAMED_IN,
     load_snapshot,
+    nearest_known_version,
+    older_than_all_known,
     resolve_flag,
     supported_versions,
 )
@@ -35,13 +40,18 @@ __all__ = [
     "LAUNCH_MODULE",
     "READY_LINE",
     "RENAMED_FLAGS",
+    "RENAMED_IN",
     "ParserSnapshot",
+    "ReleaseFlags",
     "build_server_args",
     "check_startup_rules",
     "classify_failure",
     "crash_cause",
     "load_snapshot",
+    "nearest_known_version",
+    "older_than_all_known",
     "parse_capacity",
+    "release_flags",
     "resolve_flag",
     "supported_versions",
     "validate_server_args",

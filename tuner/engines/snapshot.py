@@ -23,7 +23,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2
+# An entry of a release's file: an option as data, or (a string) the key of an option that the
+# base release has unchanged.
+Entry = dict[str, Any] | str
 
 
 class SnapshotParseError(ValueError):
@@ -93,13 +96,24 @@ class ParserSnapshot:
 
     @classmethod
     def from_json(cls, text: str, engine: str = "sglang") -> ParserSnapshot:
+        """A snapshot from a whole document (one without a `base`)."""
         data = json.loads(text)
+        if data.get("base") is not None:
+            raise ValueError(f"snapshot of {data.get('sglang_version')} needs its base release")
+        return cls.from_document(data, [], engine)
+
+    @classmethod
+    def from_document(
+        cls, data: dict[str, Any], base_options: list[dict[str, Any]], engine: str = "sglang"
+    ) -> ParserSnapshot:
+        """A snapshot from a document whose unchanged entries refer to `base_options`."""
         if data.get("format") != SNAPSHOT_FORMAT:
             raise ValueError(f"unknown snapshot format {data.get('format')!r}")
+        options = expand_entries(data["options"], base_options)
         return cls(
             engine=engine,
             version=str(data["sglang_version"]),
-            options=tuple(OptionSpec.from_dict(o) for o in data["options"]),
+            options=tuple(OptionSpec.from_dict(o) for o in options),
             source=str(data.get("source", "")),
         )
 
@@ -137,6 +151,36 @@ class ParserSnapshot:
         for option in self.options:
             _add_option(parser, option, check_required)
         return parser
+
+
+def option_key(option: dict[str, Any]) -> str:
+    """An option's name in a release's file: its first flag without dashes (the dest of a
+    positional argument)."""
+    flags = option.get("flags") or []
+    return str(flags[0]).lstrip("-") if flags else str(option["dest"])
+
+
+def delta_entries(options: list[dict[str, Any]], base: list[dict[str, Any]]) -> list[Entry]:
+    """`options` in order, each one the `base` release has identically replaced by its key."""
+    unchanged = {option_key(o): o for o in base}
+    return [option_key(o) if unchanged.get(option_key(o)) == o else o for o in options]
+
+
+def expand_entries(entries: list[Entry], base: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The options of a release from its file's entries and its base release's options."""
+    by_key = {option_key(o): o for o in base}
+    try:
+        return [by_key[e] if isinstance(e, str) else e for e in entries]
+    except KeyError as missing:
+        raise ValueError(f"an entry names {missing} that the base release lacks") from None
+
+
+def snapshot_text(document: dict[str, Any]) -> str:
+    """A document as JSON with one option a line: small, and a release's change is a line's."""
+    head = {k: v for k, v in document.items() if k != "options"}
+    lines = [json.dumps(e, ensure_ascii=False, separators=(",", ":")) for e in document["options"]]
+    body = json.dumps(head, ensure_ascii=False, indent=1)[:-2]
+    return body + ',\n "options": [\n  ' + ",\n  ".join(lines) + "\n ]\n}\n"
 
 
 class _RaisingParser(argparse.ArgumentParser):

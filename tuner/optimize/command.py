@@ -13,6 +13,7 @@ from tuner.optimize.cost import study_cost
 from tuner.optimize.preflight import preflight
 from tuner.optimize.progress import OptimizeDisplay
 from tuner.optimize.summary import print_summary
+from tuner.optimize.version_check import for_installed_release
 from tuner.results import record
 from tuner.results.engine_label import engine_label
 from tuner.results.report import write_report
@@ -47,6 +48,8 @@ def run_optimize(options: StudyOptions, workers: int, report: bool, dry_run: boo
     # GPUs per server: --tp-size or the space's fixed tp_size (resolve_run settles which)
     groups = gpu_groups(options.gpus, run.options.tp_size, workers)
     loaded_space = run.space
+    # --engine sglang: the space in the installed release's flag names, the translation shown
+    run = for_installed_release(run, dry_run, say=lambda line: _say(console, line))
     if preflight(console, run, dry_run):
         return 0  # a dry run: nothing launched, no study created
     ensure_writable_dir(
@@ -146,3 +149,7 @@ def unused_gpu_note(run: Run, engine_given: bool) -> str | None:
         f"note: this host has a GPU ({gpu[0]}) and sglang {release}, but the study runs on the "
         f"simulator ({why}): its figures are modelled; --engine sglang measures the GPU"
     )
+
+
+def _say(console: Console, line: str) -> None:
+    console.print(line, markup=False, highlight=False, soft_wrap=True)

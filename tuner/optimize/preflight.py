@@ -2,13 +2,13 @@
 
     if preflight(console, run, dry_run=True): return   # nothing launched or stored
 
-`--engine sglang` first checks that the installed sglang is the release the space names
-(tuner/optimize/version_check.py), then, before a real run, the host as `tuner doctor` does
-(tuner/doctor/): a failed check stops here with one line, warnings are printed. A resumed study
-made with another engine, sglang release or GPU says so in one line (its provenance,
-tuner/results/provenance.py). Then the cost (tuner/optimize/cost.py) is printed for every run,
-and a dry run adds the first configurations the study would launch (tuner/optimize/preview.py):
-no server is started and no study is created or changed.
+With `--engine sglang` the run's space is already in the installed release's flag names
+(tuner/optimize/version_check.py, called before this); before a real run the host is checked as
+`tuner doctor` does (tuner/doctor/): a failed check stops here with one line, warnings are
+printed. A resumed study made with another engine, sglang release or GPU says so in one line (its
+provenance, tuner/results/provenance.py). The cost (tuner/optimize/cost.py) is printed for every
+run, and a dry run adds the first configurations the study would launch
+(tuner/optimize/preview.py): no server is started and no study is created or changed.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from rich.console import Console
 from tuner.doctor import FAIL, OK, DoctorSetting, run_checks, tally
 from tuner.errors import UserError
 from tuner.host import installed_sglang
-from tuner.optimize import version_check
 from tuner.optimize.cost import study_cost
 from tuner.optimize.preview import first_configurations
 from tuner.results.provenance import read_provenance, resume_warning
@@ -32,16 +31,7 @@ from tuner.study.run import Run
 
 def preflight(console: Console, run: Run, dry_run: bool) -> bool:
     """Print the cost (and with `dry_run` the first configurations); True when it was a dry run."""
-    space, options = run.space, run.options
-    python = run.target.python
-    if options.engine == "sglang" and dry_run and version_check.installed_sglang(python) is None:
-        console.print(
-            "note: --engine sglang: sglang is not installed here; a dry run goes on",
-            markup=False,
-            soft_wrap=True,
-        )
-    elif options.engine == "sglang":
-        version_check.check_installed_sglang(space, python=python)
+    options = run.options
     cost = study_cost(run, done=_launched(run))
 
     def say(line: str) -> None:
@@ -58,7 +48,8 @@ def preflight(console: Console, run: Run, dry_run: bool) -> bool:
         return False
     rows = first_configurations(run, count=min(6, options.trials))
     common = rows[0].argv  # the defaults: model path and fixed flags, in every launch
-    say(f"first configurations (every launch passes {' '.join(common)}, then):")
+    release = f"sglang {run.space.engine_version}"
+    say(f"first configurations for {release} (every launch passes {' '.join(common)}, then):")
     for row in rows:
         number = "  skip   " if row.number is None else f"  trial {row.number}"
         tuned = row.argv[len(common) :] if row.argv[: len(common)] == common else row.argv

@@ -1,62 +1,110 @@
-"""`--engine sglang`: the installed sglang must be the release the space names, or be offered one.
+"""`--engine sglang`: the space in the flag names of the sglang release that is installed.
 
-    check_installed_sglang(space, out_dir=Path("."))   # UserError (one line) on a mismatch
+    run = for_installed_release(run, dry_run=False, say=print)   # UserError (one line) if none
 
-A space names the sglang release whose parser checks its flags (`engine.version`). When the
-installed release differs, the space is translated for it: the same params under that release
-(renamed flags follow tuner/engines/_sglang_versions.py: `cuda_graph_max_bs_decode` is passed as
-`--cuda-graph-max-bs` to 0.5.10), a flag or choice the release lacks left out, and the result
-loaded back as any space is. The translation is written beside the working directory and the
-message says how to run it; nothing is launched against the wrong release.
+A space names the sglang release whose parser checks its flags (`engine.version`). Any installed
+release works: its flags come from its committed snapshot, or for a release the tuner does not
+know (newer, a git build) from its own parser, read live once and cached
+(tuner/engines/_sglang_live.py; start-up rules and the memory plan then follow the nearest known
+release, said in one warning line). When the installed release differs from the space's, the
+space is translated in memory and the translation is shown, a line per change: a renamed flag is
+passed under the release's name (`cuda_graph_max_bs_decode` as `--cuda-graph-max-bs` to 0.5.10),
+a flag or choice the release lacks is left out. Nothing is written for the user to pass back.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
+import sys
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-import yaml
-
-from tuner.engines.sglang import build_server_args, load_snapshot, resolve_flag
+from tuner.engines.sglang import (
+    RENAMED_IN,
+    build_server_args,
+    release_flags,
+    resolve_flag,
+)
 from tuner.errors import UserError
 from tuner.host import installed_sglang
 from tuner.space.load import space_from_dict
 from tuner.space.model import SearchSpace
+from tuner.study.run import Run
+
+
+def for_installed_release(run: Run, dry_run: bool, say: Callable[[str], None]) -> Run:
+    """`run` with its space in the installed release's flag names (`--engine sglang` only).
+
+    Without sglang a dry run goes on with a note (the cost can be read on a laptop before the
+    GPU host); a study stops with one line saying how to install it."""
+    if run.options.engine != "sglang":
+        return run
+    python = run.target.python
+    installed = installed_sglang(python)
+    if installed is None:
+        if dry_run:
+            say("note: --engine sglang: sglang is not installed here; a dry run goes on")
+            return run
+        raise UserError(_not_installed(python))
+    space, lines = fit_space(run.space, installed, python, dict(run.target.env))
+    for line in lines:
+        say(line)
+    return replace(run, space=space)
 
 
 def check_installed_sglang(
-    space: SearchSpace, out_dir: Path = Path(), python: str | None = None
-) -> None:
-    """`python`: the interpreter that runs sglang (None: the tuner's own)."""
+    space: SearchSpace, python: str | None = None, env: dict[str, str] | None = None
+) -> tuple[SearchSpace, list[str]]:
+    """The space for the sglang installed for `python` (None: the tuner's own interpreter), and
+    the lines that say what changed; UserError when sglang is not installed or unreadable."""
     installed = installed_sglang(python)
     if installed is None:
-        where = f"for {python}" if python else "here"
-        raise UserError(
-            f"real sglang: sglang is not installed {where}; on a GPU host run "
-            "pip install -e '.[sglang]', on a CPU tools/install_real_sglang.sh with "
-            "--engine-python, or --engine sim for the simulator"
+        raise UserError(_not_installed(python))
+    return fit_space(space, installed, python, env)
+
+
+def fit_space(
+    space: SearchSpace,
+    installed: str,
+    python: str | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[SearchSpace, list[str]]:
+    """`space` for sglang `installed`, and the lines to show (none when nothing changes)."""
+    flags = release_flags(python or sys.executable, installed, env)
+    lines = []
+    if not flags.committed:
+        lines.append(
+            f"warning: sglang {installed} is not a release this tuner knows: its flags were "
+            f"{flags.source}; start-up rules and the memory plan follow sglang "
+            f"{flags.rules_from}, the nearest known release"
         )
-    if _base(installed) == _base(space.engine_version):
-        return
-    try:
-        load_snapshot(installed)
-    except UserError as exc:
-        raise UserError(
-            f"the space names sglang {space.engine_version} but {installed} is installed, and "
-            f"{exc}; install a known release (pip install 'sglang=={space.engine_version}')"
-        ) from None
-    data, changes = translate_space(space, installed)
-    path = out_dir / f"{space.name}.sglang-{installed}.yaml"
-    header = (
-        f"# {space.name} translated by `tuner optimize` for sglang {installed} "
-        f"(written for {space.engine_version}): {'; '.join(changes) or 'same flags'}.\n"
-    )
-    path.write_text(header + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    raise UserError(
-        f"the space names sglang {space.engine_version} but {installed} is installed: wrote "
-        f"{path} for {installed} ({'; '.join(changes) or 'same flags'}); run with --space {path}"
-    )
+    same = _base(installed) == _base(space.engine_version)
+    if same and flags.committed:
+        return space, lines
+    # A release read live is checked against its own parser (the space was loaded against the
+    # nearest known one) the way a translation is.
+    translated, changes = translated_space(space, installed)
+    if same and not changes:
+        return translated, lines
+    if changes:
+        lines.append(
+            f"the space names sglang {space.engine_version}; translated for the installed "
+            f"{installed} in memory (nothing written):"
+        )
+        lines += [f"  {change}" for change in changes]
+    else:
+        lines.append(
+            f"the space names sglang {space.engine_version}; the installed {installed} "
+            "takes the same flags"
+        )
+    return translated, lines
+
+
+def translated_space(space: SearchSpace, version: str) -> tuple[SearchSpace, list[str]]:
+    """The space for sglang `version`, loaded as any space is, and what changed."""
+    data, changes = translate_space(space, version)
+    return space_from_dict(data, f"{space.name} for sglang {version}"), changes
 
 
 def translate_space(space: SearchSpace, version: str) -> tuple[dict[str, Any], list[str]]:
@@ -74,7 +122,10 @@ def translate_space(space: SearchSpace, version: str) -> tuple[dict[str, Any], l
                 continue
             spelled = next((f for f in option.flags if f.startswith("--")), "")
             if spelled != "--" + name.replace("_", "-"):
-                changes.append(f"{name} is passed as {spelled}")
+                old = spelled[2:].replace("-", "_")
+                when = RENAMED_IN.get(old) or RENAMED_IN.get(name)
+                renamed = f" (renamed in {when})" if when else ""
+                changes.append(f"{name} is passed as {spelled}{renamed}")
             if section == "params" and "choices" in value:
                 accepted = [c for c in value["choices"] if _accepts(name, c, version)]
                 if not accepted:
@@ -93,8 +144,16 @@ def translate_space(space: SearchSpace, version: str) -> tuple[dict[str, Any], l
     for name in [n for n, v in params.items() if any(k not in params for k in v.get("when", {}))]:
         changes.append(f"{name} left out (its condition's param is gone)")
         del params[name]
-    space_from_dict(data, f"{space.name} for sglang {version}")  # loads as any space
     return data, changes
+
+
+def _not_installed(python: str | None) -> str:
+    where = f"for {python}" if python else "here"
+    return (
+        f"real sglang: sglang is not installed {where}; on a GPU host run "
+        "pip install -e '.[sglang]', on a CPU tools/install_real_sglang.sh with "
+        "--engine-python, or --engine sim for the simulator"
+    )
 
 
 def _accepts(name: str, value: Any, version: str) -> bool:

@@ -137,16 +137,21 @@ def _check_against_engine(
     """Every flag must exist in the engine version's real parser and every value the space can
     produce must be one it accepts, so a typo fails here and not after a model load."""
 
-    if engine.version not in sglang.supported_versions():
-        try:
-            sglang.load_snapshot(engine.version)  # a post release may use its base's snapshot
-        except UserError as exc:
+    version = engine.version
+    try:
+        sglang.load_snapshot(version)  # a post release may use its base's snapshot
+    except UserError as exc:
+        if sglang.older_than_all_known(version):
             raise SpaceError("engine.version", str(exc)) from None
+        # A release the tuner does not know (newer, a git build): checked here against the
+        # nearest known one, and against its own parser once it is installed and read live
+        # (tuner/optimize/version_check.py).
+        version = sglang.nearest_known_version(version)
     names = [(f"fixed_flags.{flag}", flag) for flag in fixed_flags]
     names += [(f"params.{flag}", flag) for flag in params]
     for path, flag in names:
         try:
-            sglang.resolve_flag(flag, engine.version)
+            sglang.resolve_flag(flag, version)
         except UserError as exc:
             raise SpaceError(path, str(exc)) from None
     values = [(f"fixed_flags.{flag}", flag, value) for flag, value in fixed_flags.items()]
@@ -158,7 +163,7 @@ def _check_against_engine(
             values += [(f"{path}.low", flag, spec.low), (f"{path}.high", flag, spec.high)]
     for path, flag, value in values:
         try:
-            sglang.build_server_args({flag: value}, engine.version)
+            sglang.build_server_args({flag: value}, version)
         except UserError as exc:
             raise SpaceError(path, str(exc)) from None
         problem = out_of_bounds(flag, value)  # parsed, but a value the server cannot use
