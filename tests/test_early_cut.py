@@ -15,11 +15,10 @@ def benchmarks(name: str):
     return importlib.import_module(f"benchmarks.{name}")
 
 
-def _cut_study(variant: str):
+def _cut_study(slo_cut: bool):
     from tuner.space.load import default_space_path, load_space
     from tuner.study.loop import quiet_optuna
 
-    early_cut = benchmarks("early_cut")
     oracle_measurer = benchmarks("oracle_measurer")
     truth = benchmarks("quality.truth")
     methods = {m.name: m for m in benchmarks("quality.methods").METHODS}
@@ -30,20 +29,23 @@ def _cut_study(variant: str):
     # The sampler draws the trials the guide leaves (model_share 0, as with a `--sampler` other
     # than the default): its draws are what the front cut acts on, while the corrected
     # estimate's picks seldom fall that far behind the front.
-    method = dataclasses.replace(methods["default"], guide=(("model_share", 0.0),))
-    row, seen = early_cut.run_variant(method, variant, 0, space, oracle, noise)
-    return space, oracle, row, seen
+    settings = (("guide", "model_share", 0.0), ("pruner", "slo_cut", slo_cut))
+    method = dataclasses.replace(methods["default"], settings=settings)
+    run = benchmarks("quality.study").run_study(
+        method, 0, 40, space, oracle, noise, keep_study=True
+    )
+    return space, oracle, run
 
 
 @pytest.fixture(scope="module")
 def cut_study():
     """The front cut alone: with the SLO cut too, the trials it would cut are the SLO cut's."""
-    return _cut_study("front-only")
+    return _cut_study(slo_cut=False)
 
 
 @pytest.fixture(scope="module")
 def slo_cut_study():
-    return _cut_study("cut-1")
+    return _cut_study(slo_cut=True)
 
 
 def _cut_by(trials, rule: str, phrase: str) -> list:
@@ -54,14 +56,14 @@ def _cut_by(trials, rule: str, phrase: str) -> list:
 
 
 def test_trials_cut_by_the_front_stop_early_and_could_not_have_reached_it(cut_study):
-    space, oracle, row, seen = cut_study
-    trials = seen.study.get_trials(deepcopy=False)
+    space, oracle, run = cut_study
+    trials = run.study.get_trials(deepcopy=False)
     cut = [
         t
         for t in _cut_by(trials, record.CUT_FRONT, "cannot reach the front")
         if record.DUPLICATE_OF not in t.user_attrs
     ]
-    assert len(cut) >= 3 and row["cut_front"] == len(cut)
+    assert len(cut) >= 3
     feasible = [
         oracle.of_args(list(t.user_attrs[record.SERVER_ARGS]))
         for t in trials
@@ -69,7 +71,7 @@ def test_trials_cut_by_the_front_stop_early_and_could_not_have_reached_it(cut_st
     ]
     for t in cut:
         stage = t.user_attrs[record.PRUNED]["stage"]
-        cost = seen.costs[t.number]
+        cost = run.costs[t.number]
         # The benchmark stopped where the pruner said, and only the stages run were paid.
         assert stage < space.bench.stages - 1 and cost.stages_run == stage + 1 and cost.pruned
         assert t.user_attrs[record.PRUNED]["time_saved_s"] > 0
@@ -80,17 +82,17 @@ def test_trials_cut_by_the_front_stop_early_and_could_not_have_reached_it(cut_st
             f.throughput >= 0.98 * full.throughput and f.latency <= full.latency / 0.98
             for f in feasible
         ), (t.number, full)
-    assert row["cut_saved_s"] > 0 and row["bench_s"] > 0
+    assert sum(c.bench_s for c in run.costs.values()) > 0
 
 
 def test_trials_cut_for_an_slo_would_have_broken_it_noise_free(slo_cut_study):
-    space, oracle, row, seen = slo_cut_study
-    trials = seen.study.get_trials(deepcopy=False)
+    space, oracle, run = slo_cut_study
+    trials = run.study.get_trials(deepcopy=False)
     cut = _cut_by(trials, record.CUT_SLO, "cannot meet SLO")
-    assert cut and row["cut_slo"] == len(cut)
+    assert cut
     for t in cut:
         stage = t.user_attrs[record.PRUNED]["stage"]
-        assert stage < space.bench.stages - 1 and seen.costs[t.number].stages_run == stage + 1
+        assert stage < space.bench.stages - 1 and run.costs[t.number].stages_run == stage + 1
         # The whole run, noise-free, breaks an SLO: the cut lost no feasible configuration.
         full = oracle.of_args(list(t.user_attrs[record.SERVER_ARGS]))
         assert full.launch_ok and not full.feasible, (t.number, full)
@@ -103,8 +105,8 @@ def test_trials_cut_for_an_slo_record_the_violations_their_full_run_would_likely
     stage's load times the median factor of the completed trials' full runs): the local search
     ranks it by them (tuner/study/standing.py). On the seed space, whose first stages already
     measure about what full runs do, they stay near the stage's own and the full run's."""
-    space, oracle, _row, seen = slo_cut_study
-    trials = seen.study.get_trials(deepcopy=False)
+    space, oracle, run = slo_cut_study
+    trials = run.study.get_trials(deepcopy=False)
     cut = _cut_by(trials, record.CUT_SLO, "cannot meet SLO")
     names = [f"slo:{slo.metric}" for slo in space.slos]
     for t in cut:

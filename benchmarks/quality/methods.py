@@ -28,6 +28,8 @@ class Method:
     estimate: bool = True  # False: no estimate at all (no warm start; the local search alone)
     variant: bool = False  # a variant compared in one measurement: run only when named
     guide: tuple[tuple[str, Any], ...] = ()  # GuideConfig fields changed (variants compared)
+    # (section, field, value) set on the study's settings objects (benchmarks/quality/overrides.py)
+    settings: tuple[tuple[str, str, Any], ...] = ()
 
 
 _DEFAULTS = StudyOptions()  # what `tuner optimize` does without options
