@@ -260,6 +260,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--worlds", default="shipped", help="comma-separated worlds")
     p.add_argument("--spaces", default="seed-3s", help="comma-separated spaces or space files")
     p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--first-seed", type=int, default=0, help="seeds from this one on")
     p.add_argument("--budget", type=int, default=40, help="launched trials of a full study")
     p.add_argument("--jobs", type=int, default=1, help="studies at once (processes)")
     p.add_argument(
@@ -300,7 +301,7 @@ def tasks_of(a: argparse.Namespace) -> list[Task]:
         Task(world, space, seed, a.method, (base, base + changes), a.budget, a.stop, full_once)
         for space in a.spaces.split(",")
         for world in a.worlds.split(",")
-        for seed in range(a.seeds)
+        for seed in range(a.first_seed, a.first_seed + a.seeds)
     ]
 
 
