@@ -35,7 +35,7 @@ import aiohttp
 import httpx
 
 from tuner.bench import BenchConfig, WorkloadSpec, run_bench_async
-from tuner.bench.payload import build_body
+from tuner.bench.payload import Prompt, build_body
 
 
 def parse_args() -> argparse.Namespace:
@@ -116,7 +116,7 @@ async def plain_aiohttp(url: str, args: argparse.Namespace, seed: int) -> int:
     timeout = aiohttp.ClientTimeout(total=6 * 3600)
     chunks = 0
 
-    async def one(session: aiohttp.ClientSession, ids: list[int], output_len: int) -> None:
+    async def one(session: aiohttp.ClientSession, ids: Prompt, output_len: int) -> None:
         nonlocal chunks
         body = build_body("generate", [("user", ids)], output_len, ignore_eos=True, model=None)
         async with limit:

@@ -1,6 +1,6 @@
 """Do the picks hold on traffic they were not tuned on? The same workload, other draws of it.
 
-    python benchmarks/draw_check.py CELLS [SEEDS] [DRAWS]
+    python benchmarks/draw_check.py CELLS [SEEDS] [DRAWS] [--budget 40]
     python benchmarks/draw_check.py shipped:tpot-8b,shipped:seed-10s 5 1,2,3,4
     python benchmarks/draw_check.py --margins [WORLD]     # tpot-8b's SLO edge, by margin
 
@@ -35,11 +35,13 @@ Results: `benchmarks/results/draw_check.md` (the commands and their output).
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import math
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,21 +90,21 @@ def on_draw(space: SearchSpace, draw: int) -> SearchSpace:
     return space.model_copy(update={"workload": workload, "name": f"{space.name}.draw{draw}"})
 
 
-def picks(space: SearchSpace, oracle: Oracle, seeds: int) -> list[dict[str, Any]]:
-    """Each seed's 40-trial pick of the default method: its best measured trial within the
-    SLOs."""
+def picks(space: SearchSpace, oracle: Oracle, seeds: int, budget: int = 40) -> list[dict[str, Any]]:
+    """Each seed's pick of the default method after `budget` launched trials: its best
+    measured trial within the SLOs."""
     method = method_named("default")
     noise = NoiseModel()
     chosen = []
     for seed in range(seeds):
-        run = run_study(method, seed, 40, space, oracle, noise)
+        run = run_study(method, seed, budget, space, oracle, noise)
         scored = [t for t in run.trials if t.counted and t.truth is not None]
         best = max(scored, key=lambda t: t.truth.throughput if t.truth else 0.0, default=None)
         chosen.append(dict(best.params) if best is not None else {})
     return chosen
 
 
-def main(cells: list[str], seeds: int, draws: list[int]) -> None:
+def main(cells: list[str], seeds: int, draws: list[int], budget: int = 40) -> None:
     quiet_optuna()
     store = default_store()
     for cell in cells:
@@ -110,7 +112,7 @@ def main(cells: list[str], seeds: int, draws: list[int]) -> None:
         space = world_space(space_name, world)
         oracle = Oracle(space, OracleCache(space, store))
         configs = {"optimum": optimum_params(world, space_name)}
-        for seed, params in enumerate(picks(space, oracle, seeds)):
+        for seed, params in enumerate(picks(space, oracle, seeds, budget)):
             configs[f"pick {seed}"] = params
         oracle.save()
         reference = oracle.of_params(configs["optimum"])[1].throughput
@@ -155,7 +157,11 @@ def margins(world: str, draws: list[int]) -> None:
     oracles = [
         Oracle(on_draw(space, d), OracleCache(on_draw(space, d), store)) for d in (0, *draws)
     ]
-    metric = {"p99_ttft_ms": ttft_ms, "p99_tpot_ms": tpot_ms}
+    # The oracle's records carry the fields these read off a client's records.
+    metric: dict[str, Callable[[Any], float | None]] = {
+        "p99_ttft_ms": ttft_ms,
+        "p99_tpot_ms": tpot_ms,
+    }
     rng = np.random.default_rng(0)
     rows = []  # (label, throughput, margin, resampled margin, held on each fresh draw)
     for policy, chunk, cap in itertools.product(
@@ -172,7 +178,9 @@ def margins(world: str, draws: list[int]) -> None:
         args, truth = oracles[0].of_params(params)
         if not truth.feasible or args is None:
             continue
-        done = [r for r in oracles[0].serve.oracle(args).records if r.success]
+        cache = oracles[0].serve.oracle
+        assert cache is not None
+        done = [r for r in cache(args).records if r.success]
         resampled = max(
             slo.violation(
                 resampled_p99(
@@ -216,15 +224,20 @@ def margins(world: str, draws: list[int]) -> None:
         )
 
 
-if __name__ == "__main__":
-    args = sys.argv[1:]
-    if not args:
+def cli(argv: list[str]) -> None:
+    if not argv:
         raise SystemExit(__doc__)
-    if args[0] == "--margins":
-        margins(args[1] if len(args) > 1 else "shipped", [1, 2, 3, 4])
-        raise SystemExit(0)
-    main(
-        args[0].split(","),
-        int(args[1]) if len(args) > 1 else 5,
-        [int(x) for x in (args[2] if len(args) > 2 else "1,2,3,4").split(",")],
-    )
+    if argv[0] == "--margins":
+        margins(argv[1] if len(argv) > 1 else "shipped", [1, 2, 3, 4])
+        return
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("cells", help="comma-separated WORLD:SPACE")
+    p.add_argument("seeds", type=int, nargs="?", default=5)
+    p.add_argument("draws", nargs="?", default="1,2,3,4", help="comma-separated fresh draws")
+    p.add_argument("--budget", type=int, default=40, help="launched trials of each study")
+    a = p.parse_args(argv)
+    main(a.cells.split(","), a.seeds, [int(x) for x in a.draws.split(",")], a.budget)
+
+
+if __name__ == "__main__":
+    cli(sys.argv[1:])

@@ -1,6 +1,6 @@
 """What the summary's steady pick is worth: the quality benchmark's score for what to deploy.
 
-    python benchmarks/steady_quality.py CELLS [SEEDS]
+    python benchmarks/steady_quality.py CELLS [SEEDS] [--budget 40]
     python benchmarks/steady_quality.py shipped:tpot-8b,shipped:seed-10s 5
 
 The quality benchmark scores a study by its best trial within the SLOs, however close to a
@@ -27,6 +27,7 @@ Results: `benchmarks/results/steady_quality.md` (the command and its output).
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -49,7 +50,7 @@ def judged(oracle: Oracle, cache: OracleCache) -> list[Truth]:
     return [oracle.of_args(list(args)) for args in cache.configurations()]
 
 
-def main(cells: list[str], seeds: int) -> None:
+def main(cells: list[str], seeds: int, budget: int = 40) -> None:
     quiet_optuna()
     method = method_named("default")
     for cell in cells:
@@ -59,7 +60,7 @@ def main(cells: list[str], seeds: int) -> None:
         oracle = Oracle(space, cache)
         plain, steady = [], []
         for seed in range(seeds):
-            run = run_study(method, seed, 40, space, oracle, NoiseModel())
+            run = run_study(method, seed, budget, space, oracle, NoiseModel())
             recorded = [t for t in run.trials if t.counted and t.truth is not None]
             best = max((t.truth.throughput for t in recorded if t.truth), default=0.0)
             calm = [t for t in recorded if t.margin is not None and t.margin >= SLO_NOISE]
@@ -70,7 +71,11 @@ def main(cells: list[str], seeds: int) -> None:
         oracle.save()
         truths = [t for t in judged(oracle, cache) if t.feasible]
         top = max(t.throughput for t in truths)
-        top_steady = max(t.throughput for t in truths if excess(space, t) <= -SLO_NOISE)
+        steady_truths = [t.throughput for t in truths if excess(space, t) <= -SLO_NOISE]
+        if not steady_truths:  # a short run may judge no configuration with that margin
+            print(f"\n{world} / {space_name}: no configuration judged meets every SLO by 2%")
+            continue
+        top_steady = max(steady_truths)
         print(f"\n{world} / {space_name}: {len(truths)} configurations within the SLOs judged")
         print(f"  optimum {top:.1f}; steady optimum (every SLO met by 2% or more) {top_steady:.1f}")
         scores = [b / top for b in plain]
@@ -90,7 +95,11 @@ def main(cells: list[str], seeds: int) -> None:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if not args:
+    if not sys.argv[1:]:
         raise SystemExit(__doc__)
-    main(args[0].split(","), int(args[1]) if len(args) > 1 else 5)
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("cells", help="comma-separated WORLD:SPACE")
+    p.add_argument("seeds", type=int, nargs="?", default=5)
+    p.add_argument("--budget", type=int, default=40, help="launched trials of each study")
+    a = p.parse_args()
+    main(a.cells.split(","), a.seeds, a.budget)

@@ -109,8 +109,8 @@ def test_the_state_world_makes_speculation_pay_less(monkeypatch):
     assert held < shipped - 0.2, (held, shipped)
 
 
-def test_a_cell_file_runs_in_its_own_world_for_off_on(monkeypatch):
-    # benchmarks/off_on.py takes a space file among its SPACES (the spent chat cell): as written.
+def test_a_cell_file_runs_in_its_own_world_for_the_ab_runner(monkeypatch):
+    # benchmarks/ab.py takes a space file among its --spaces (the spent chat cell): as written.
     from benchmarks.quality.truth import world_oracle
 
     monkeypatch.chdir(ROOT)

@@ -33,7 +33,7 @@ def run(opts: Options) -> dict[str, Any]:
     started = time.perf_counter()
     quiet_optuna()
     seed_space = load_cell(opts.space_path or default_space_path())
-    space, notes = seed_space, []
+    space, notes = seed_space, list[str]()
     oracle = Oracle(space, OracleCache(space, opts.oracle_store))
     noise = NoiseModel(0.02 * opts.noise, 0.02 * opts.noise, 0.05 * opts.noise)
     print("oracle optimum: dense grid + refinement ...", flush=True)

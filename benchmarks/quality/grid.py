@@ -4,7 +4,7 @@ configuration stands for (the objective's own call)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from optuna.trial import FixedTrial
@@ -15,9 +15,9 @@ from tuner.space import ParamSpec, SearchSpace, suggest_flags
 def numeric_values(param: ParamSpec, limit: int | None) -> list[Any]:
     """Every value of a numeric param (limit None), or `limit` of them spread over its range."""
     low, high = float(param.low), float(param.high)  # type: ignore[arg-type]
+    every: list[Any]
     if param.kind == "int":
-        step = int(param.step or 1)
-        every = list(range(int(low), int(high) + 1, step))
+        every = list(range(int(low), int(high) + 1, int(param.step or 1)))
     elif param.step:
         step = float(param.step)
         count = round((high - low) / step) + 1
@@ -29,7 +29,11 @@ def numeric_values(param: ParamSpec, limit: int | None) -> list[Any]:
     if limit == 1:  # the fast run's grid (cli.py --fast): the high end, most memory and slots
         return [every[-1]]
     spread = np.geomspace(low, high, limit) if param.log else np.linspace(low, high, limit)
-    return sorted({min(every, key=lambda v, s=s: abs(v - s)) for s in spread})
+    return sorted({_nearest(every, float(s)) for s in spread})
+
+
+def _nearest(values: list[Any], target: float) -> Any:
+    return min(values, key=lambda v: abs(v - target))
 
 
 def param_values(param: ParamSpec, limit: int | None) -> list[Any]:
@@ -53,7 +57,8 @@ def nested_loops(
         if not spec.is_active(values):
             yield from walk(i + 1, values, sampled)
         elif spec.kind == "derived":
-            derived = spec.suggest(FixedTrial({}), values)  # ignores the trial
+            # A derived param ignores the trial; FixedTrial answers as a trial would.
+            derived = spec.suggest(cast(Any, FixedTrial({})), values)
             yield from walk(i + 1, {**values, spec.name: derived}, sampled)
         else:
             for v in values_of(spec):
@@ -64,7 +69,7 @@ def nested_loops(
 
 def full_flags(space: SearchSpace, params: dict[str, Any]) -> dict[str, Any]:
     """The flags the objective would build for these sampled params (the same call)."""
-    tuned = suggest_flags(FixedTrial(params), space)
+    tuned = suggest_flags(cast(Any, FixedTrial(params)), space)
     flags = {"model_path": space.model_path, **space.fixed_flags, **tuned}
     return {k: v for k, v in flags.items() if v is not None}
 

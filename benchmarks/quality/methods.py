@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tuner.study import StudyOptions
 
@@ -26,6 +27,8 @@ class Method:
     estimate: bool = True  # False: no estimate at all (no warm start; the local search alone)
     variant: bool = False  # a variant compared in one measurement: run only when named
     model: bool = True  # False: the sampler keeps its turns (no corrected estimate's picks)
+    # (section, field, value) set on the study's settings objects (benchmarks/quality/overrides.py)
+    settings: tuple[tuple[str, str, Any], ...] = ()
 
 
 _DEFAULTS = StudyOptions()  # what `tuner optimize` does without options

@@ -161,13 +161,13 @@ def curves(
 
 def gpu_curves(
     runs: list[StudyRun], optimum: OptimumReport, budget: int, points: int = 120
-) -> tuple[list[float], dict[str, list[float]]]:
+) -> tuple[list[float], dict[str, list[float | None]]]:
     """Median over seeds of best-so-far / oracle best against modelled GPU hours spent, up to
     the least any seed of the method spent (beyond it the median would be over fewer seeds)."""
     spent = [np.cumsum([t.gpu_s for t in r.trials[:budget]]) / 3600 for r in runs]
     top = max((float(s[-1]) for s in spent if len(s)), default=1.0)
     grid = np.linspace(0.0, top, points)
-    out: dict[str, list[float]] = {}
+    out: dict[str, list[float | None]] = {}
     for name in dict.fromkeys(r.method for r in runs):
         rows, ends = [], []
         for r, s in zip(runs, spent, strict=True):

@@ -12,9 +12,10 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from benchmarks.oracle_measurer import NoiseModel, OracleMeasurer
+from benchmarks.oracle_measurer import NoiseModel, OracleMeasurer, TrialCost
 from benchmarks.quality.grid import nested_loops
 from benchmarks.quality.methods import Method
+from benchmarks.quality.overrides import apply_overrides, study_settings
 from benchmarks.quality.truth import Oracle, Truth
 from tuner.host import HostFacts, read_host_facts
 from tuner.launcher import LaunchTarget
@@ -26,7 +27,6 @@ from tuner.study import (
     Run,
     SpaceMostlyInfeasible,
     Stopping,
-    StopRule,
     StudyOptions,
     default_trial_params,
     ensure_study_attrs,
@@ -64,6 +64,9 @@ class StudyRun:
     seed: int
     trials: list[TrialLog]
     wall_s: float
+    # With run_study's keep_study: the study and each trial's modelled cost, to read records.
+    study: optuna.Study | None = field(default=None, repr=False)
+    costs: dict[int, TrialCost] = field(default_factory=dict, repr=False)
 
 
 def nested_grid(space: SearchSpace) -> list[dict[str, Any]]:
@@ -84,7 +87,13 @@ def host_facts(space: SearchSpace) -> HostFacts:
 
 
 def run_study(
-    method: Method, seed: int, budget: int, space: SearchSpace, oracle: Oracle, noise: NoiseModel
+    method: Method,
+    seed: int,
+    budget: int,
+    space: SearchSpace,
+    oracle: Oracle,
+    noise: NoiseModel,
+    keep_study: bool = False,
 ) -> StudyRun:
     started = time.perf_counter()
     assert oracle.serve.oracle is not None
@@ -98,13 +107,19 @@ def run_study(
         polish=method.polish,
     )
     host = host_facts(space)
+    chosen = GuideSettings.of(options)
+    settings = apply_overrides(
+        study_settings(replace(chosen, model=chosen.model and method.model), method.min_gain),
+        method.settings,
+    )
+    guide = make_guide(space, host, settings["guide"])
     model_memory, gpu_gb = (host.model, host.gpu_memory_gb) if method.feasibility else (None, None)
     objective = TrialObjective(
         ObjectiveConfig(
             space=space,
             study_dir=Path(tempfile.gettempdir()),  # unused: OracleMeasurer writes no logs
             target=LaunchTarget(),
-            pruner=StagePruner(enabled=method.prune),
+            pruner=StagePruner(settings["pruner"], enabled=method.prune),
             crash_model=CrashModel(seed=seed) if method.feasibility else None,
             model_memory=model_memory,
             gpu_memory_gb=gpu_gb,
@@ -121,8 +136,6 @@ def run_study(
     ensure_study_attrs(study, Run(options, space, Path(space.name), LaunchTarget(), host))
     if method.baseline:
         queue_baseline_and_retries(study, lambda: default_trial_params(space, model_memory, gpu_gb))
-    settings = GuideSettings.of(options)
-    guide = make_guide(space, host, replace(settings, model=settings.model and method.model))
     if guide is not None and guide.estimator is not None and method.wrong_estimate:
         guide.estimator.bias = Calibration(0.6, prefill_fraction=1.0, accept_rate=0.7)
         guide.estimator.calibration = Calibration(prefix_reuse=0.0)
@@ -130,7 +143,7 @@ def run_study(
         for params in nested_grid(space)[:budget]:
             study.enqueue_trial(params)
     try:
-        stopping = Stopping(StopRule(min_gain=method.min_gain), guide) if method.min_gain else None
+        stopping = Stopping(settings["stop"], guide) if method.min_gain else None
         run_trials(study, objective, budget, guide=guide, stopping=stopping)
     except SpaceMostlyInfeasible as exc:  # what `tuner optimize` stops with; keep what it found
         print(f"{method.name} seed {seed}: stopped early: {exc}", flush=True)
@@ -140,7 +153,10 @@ def run_study(
     failed = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.FAIL]
     if failed:
         raise RuntimeError(f"{method.name} seed {seed}: trial raised: {failed[0].user_attrs}")
-    return StudyRun(method.name, seed, trials, time.perf_counter() - started)
+    wall_s = time.perf_counter() - started
+    if keep_study:
+        return StudyRun(method.name, seed, trials, wall_s, study, serve.costs)
+    return StudyRun(method.name, seed, trials, wall_s)
 
 
 def _log(t: optuna.trial.FrozenTrial, serve: OracleMeasurer, oracle: Oracle) -> TrialLog:

@@ -6,6 +6,7 @@ coordinate sweeps, with its Pareto front and hypervolume (`tuner.results.pareto`
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -18,7 +19,7 @@ from benchmarks.quality.grid import full_flags, nested_loops, param_values
 from tuner.engines import sglang as engine
 from tuner.results.goals import MAXIMIZE, MINIMIZE
 from tuner.results.pareto import Point, hypervolume, pareto_front
-from tuner.space import SearchSpace
+from tuner.space import ParamSpec, SearchSpace
 
 DIRECTIONS = (MAXIMIZE, MINIMIZE)  # (throughput, latency)
 
@@ -128,10 +129,12 @@ def coordinate_sweep(oracle: Oracle, start: dict[str, Any]) -> Iterator[dict[str
             if v == value:
                 continue
             moved = {**start, name: v}
-            yield from nested_loops(
-                oracle.space,
-                lambda p, moved=moved: [moved[p.name]] if p.name in moved else param_values(p, 3),
-            )
+            yield from nested_loops(oracle.space, functools.partial(_moved_or_three, moved))
+
+
+def _moved_or_three(moved: dict[str, Any], param: ParamSpec) -> list[Any]:
+    """The moved configuration's value of a param, or three values over its range."""
+    return [moved[param.name]] if param.name in moved else param_values(param, 3)
 
 
 def find_optimum(oracle: Oracle, dense_points: int, refine: bool) -> OptimumReport:
