@@ -80,3 +80,22 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path):
         assert out.returncode == 2, (args, out.stderr)
         assert out.stderr.startswith("error: ") and "Traceback" not in out.stderr
         assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_the_best_points_and_the_report_name_the_rule_that_proposed_them(tmp_path):
+    """A trial's `guided_by` (the search rule that proposed it) reaches `tuner studies` and the
+    report's Pareto table; a study that never recorded one shows nothing in its place."""
+    from tuner.results.report import write_report
+    from tuner.results.storage import open_storage
+
+    url = sqlite_study(tmp_path, "qwen-mtp", rules={2: "polish:edge"})
+    text = format_listing(list_studies(None, tmp_path))
+    assert "trial 2 (410.0 output tok/s at 30.0 ms median TPOT), proposed by polish:edge" in text
+    assert "trial 5 (20.0 ms median TPOT at 330.0 output tok/s)\n" in text + "\n"
+
+    page = write_report(open_storage(url, "qwen-mtp", tmp_path), "qwen-mtp", studies_dir=tmp_path)
+    table = page.read_text().split('id="pareto-table"', 1)[1].split("</table>", 1)[0]
+    assert "<th>proposed by</th>" in table
+    rows = {row.split("<", 1)[0].strip(): row for row in table.split("<tr><td>")[1:]}
+    assert "<td>polish:edge</td>" in rows["2"]
+    assert all("polish:edge" not in row for number, row in rows.items() if number != "2")

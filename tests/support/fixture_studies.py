@@ -247,8 +247,10 @@ def build_study(
     only: list[int] | None = None,
     slo_limit_ms: float = 2000.0,
     engine: str = "sim",
+    rules: dict[int, str] | None = None,
 ) -> optuna.Study:
-    """Write the sample study into `storage` and return it."""
+    """Write the sample study into `storage` and return it; `rules` gives trials the search
+    rule that proposed them (`guided_by`), by trial number."""
     study = optuna.create_study(
         study_name=study_name, storage=storage, directions=["maximize", "minimize"]
     )
@@ -271,7 +273,10 @@ def build_study(
             continue
         if spec.is_default and not with_default:
             continue
-        study.add_trial(_trial(spec, slo_limit_ms))
+        trial = _trial(spec, slo_limit_ms)
+        if rules and spec.number in rules:
+            trial.set_user_attr(record.GUIDED_BY, rules[spec.number])
+        study.add_trial(trial)
     return study
 
 

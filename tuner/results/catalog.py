@@ -10,7 +10,7 @@ Example:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +37,7 @@ class BestPoint:
     trial: int
     throughput: float
     latency: float
+    rule: str | None = None  # the search rule that proposed it (tuner/study/policy.py)
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ def summarize_study(storage: BaseStorage, name: str, location: str) -> StudyList
         points, key=lambda p: (sign * p.values[0], lat_sign * p.values[1]), default=None
     )
     best_lat = max(points, key=lambda p: (lat_sign * p.values[1], sign * p.values[0]), default=None)
+    rules = {t.number: t.guided_by for t in pool}
     return StudyListing(
         name=name,
         location=location,
@@ -101,8 +103,8 @@ def summarize_study(storage: BaseStorage, name: str, location: str) -> StudyList
         feasible=sum(1 for t in trials if t.category is Category.FEASIBLE),
         throughput_metric=meta.throughput.metric,
         latency_metric=meta.latency.metric,
-        best_throughput=_best(best_tput),
-        best_latency=_best(best_lat),
+        best_throughput=_best(best_tput, rules),
+        best_latency=_best(best_lat, rules),
         pareto_size=len(pareto_front(points, meta.directions)),
         provenance=read_provenance(
             storage.get_study_user_attrs(storage.get_study_id_from_name(name))
@@ -110,10 +112,10 @@ def summarize_study(storage: BaseStorage, name: str, location: str) -> StudyList
     )
 
 
-def _best(point: Point | None) -> BestPoint | None:
+def _best(point: Point | None, rules: Mapping[int, str | None]) -> BestPoint | None:
     if point is None:
         return None
-    return BestPoint(point.key, point.values[0], point.values[1])
+    return BestPoint(point.key, point.values[0], point.values[1], rules.get(point.key))
 
 
 def _unreadable(name: str, location: str, error: str) -> StudyListing:
@@ -154,16 +156,20 @@ def format_listing(listings: Sequence[StudyListing]) -> str:
             tput, lat = s.throughput_metric, s.latency_metric
             lines.append(
                 f"  highest {_name(tput)}: trial {b.trial} ({_value(b.throughput, tput)} at "
-                f"{_value(b.latency, lat)})"
+                f"{_value(b.latency, lat)}){_proposed(b)}"
             )
             lines.append(
                 f"  lowest {_name(lat)}: trial {q.trial} ({_value(q.latency, lat)} at "
-                f"{_value(q.throughput, tput)})"
+                f"{_value(q.throughput, tput)}){_proposed(q)}"
             )
         if s.provenance is not None:
             lines += [f"  {line}" for line in s.provenance.lines()]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def _proposed(point: BestPoint) -> str:
+    return f", proposed by {point.rule}" if point.rule else ""
 
 
 def _name(metric: str) -> str:

@@ -305,13 +305,15 @@ def _front_table(meta: StudyMeta, trials: Sequence[TrialRecord], analysis: Analy
         cells = "".join(f"<td>{_metric_cell(t.metric(m))}</td>" for m in metrics)
         cap = t.capacity
         body.append(
-            f"<tr><td>{t.number}{tag_html}</td><td>{flags}</td>{cells}"
+            f"<tr><td>{t.number}{tag_html}</td><td>{e(t.guided_by or '')}</td><td>{flags}</td>"
+            f"{cells}"
             f"<td>{e(str(cap.get('max_running_requests', '')))}</td>"
             f"<td>{e(str(cap.get('max_total_num_tokens', '')))}</td>"
             f"<td><code>{e(launch_command(t.server_args))}</code></td></tr>"
         )
     return (
-        '<table id="pareto-table"><thead><tr><th>trial</th><th>tuned flags</th>'
+        '<table id="pareto-table"><thead><tr><th>trial</th><th>proposed by</th>'
+        "<th>tuned flags</th>"
         f"{head}<th>max running requests</th><th>KV tokens</th><th>launch command</th>"
         f"</tr></thead><tbody>{''.join(body)}</tbody></table>"
     )

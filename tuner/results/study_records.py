@@ -91,6 +91,8 @@ class TrialRecord:
     prediction: dict[str, Any] = field(default_factory=dict)
     choices: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # of categorical params
     rate_steps: list[dict[str, Any]] = field(default_factory=list)  # a capacity search's steps
+    # The search rule that proposed the trial (tuner/study/policy.py); None in older studies.
+    guided_by: str | None = None
 
     def metric(self, name: str) -> float | None:
         return as_float(self.metrics.get(name))
@@ -227,6 +229,7 @@ def record_from_trial(trial: FrozenTrial, meta: StudyMeta) -> TrialRecord:
             if isinstance(d, CategoricalDistribution)
         },
         rate_steps=[dict(s) for s in attrs.get(record.RATE_STEPS) or () if isinstance(s, Mapping)],
+        guided_by=attrs.get(record.GUIDED_BY),
     )
 
 
