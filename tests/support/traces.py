@@ -32,3 +32,16 @@ def mooncake_trace(
             }
             out.write(json.dumps(item) + "\n")
     return path
+
+
+def sharegpt_file(path: Path, conversations: int, turns: int = 3) -> Path:
+    """Conversations of `turns` human / gpt exchanges, as ShareGPT's JSON array holds them."""
+    items = []
+    for c in range(conversations):
+        messages = []
+        for t in range(turns):
+            messages.append({"from": "human", "value": f"question {t} of chat {c}: " + "ab " * 40})
+            messages.append({"from": "gpt", "value": f"answer {t}: " + "cd " * 30})
+        items.append({"id": f"chat-{c}", "conversations": messages})
+    path.write_text(json.dumps(items))
+    return path
