@@ -172,3 +172,20 @@ def test_the_estimate_sees_a_traces_lengths_reuse_and_rate(tmp_path: Path) -> No
     assert 1 <= slow.clients < 60
     faster = space.model_copy(update={"workload": {**space.workload, "speedup": 20.0}})
     assert Estimator(faster, model, gpu_spec("H200"), 141).clients > slow.clients
+
+
+def test_requests_longer_than_the_models_context_are_named(tmp_path: Path) -> None:
+    path = tmp_path / "long.jsonl"
+    lines = [
+        {"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [1, 2]},
+        {"timestamp": 500, "input_length": 60000, "output_length": 100, "hash_ids": [1, 3]},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    request = InitRequest(model_path=str(QWEN3_8B), gpu="h200", workload=str(path), engine="sim")
+    written = written_space(request, tmp_path / "long.yaml", reach=False)
+    note = (
+        "note: 1 of its 2 requests (up to 60,100 tokens) do not fit the model's context of "
+        "40,960 (max_position_embeddings)"
+    )
+    assert any(line.startswith(note) for line in written.found), written.found
+    assert note.removeprefix("note: ") in _comments(written.path)

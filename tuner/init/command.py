@@ -79,7 +79,13 @@ def written_space(
         else []
     )  # fmt: skip
     installed = request.sglang_version is not None or "not installed" not in version_source
-    return WrittenSpace(path, space, "\n".join(notes) or None, installed, choice.statement)
+    found = choice.statement
+    if choice.workload["kind"] == "trace":
+        from tuner.init.trace import over_context_note
+
+        too_long = over_context_note(choice.workload, model.context_length)
+        found += (f"note: {too_long}",) if too_long else ()
+    return WrittenSpace(path, space, "\n".join(notes) or None, installed, found)
 
 
 def init_command(

@@ -143,3 +143,30 @@ def _statement(path: Path, profile: TraceProfile, reuse: float) -> list[str]:
             f"sessions: {profile.sessions}, {profile.multi_turn_sessions} of them multi-turn"
         )
     return lines
+
+
+def over_context_note(workload: dict[str, Any], context_length: int) -> str:
+    """A sentence when some of the trace's requests (prompt + answer) do not fit the model's
+    context, which sglang refuses: they would fail in every trial. "" when all fit."""
+    from tuner.bench.trace import text_tokens
+    from tuner.bench.workload import WorkloadSpec
+
+    spec = WorkloadSpec.from_dict(workload)
+    longest: list[int] = []
+    for entry in spec.trace().entries:
+        if not entry.is_text:
+            longest.append(entry.input_len + entry.output_len)
+            continue
+        history = text_tokens(entry.system) if entry.system else 0
+        for turn in entry.turns:
+            history += text_tokens(turn.user) + (turn.output_len or spec.output_len or 256)
+            longest.append(history)
+    over = [n for n in longest if n > context_length]
+    if not over:
+        return ""
+    return (
+        f"{len(over)} of its {len(longest)} requests (up to {max(over):,} tokens) do not fit "
+        f"the model's context of {context_length:,} (max_position_embeddings): sglang refuses "
+        "them and they count as failed in every trial; window the trace (start, duration, "
+        "max_requests) or serve a longer context."
+    )

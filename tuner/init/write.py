@@ -177,12 +177,15 @@ def space_text(
     profile for, the file that tells it this GPU's figures (`sim_gpu_overrides`); `choice`: the
     workload `request.workload` names, when already read."""
     from tuner.init.params import kv_cache_dtypes_problem, plan_params  # numpy, optuna
+    from tuner.init.trace import over_context_note
 
     choice = choice or workload_template(request.workload)
     concurrency, default_slo, story = choice.concurrency, choice.slo, choice.story
     workload, shortened = fit_context(choice.workload, model.context_length)
     if shortened:
         story += f" Shortened for this model: {shortened}."
+    if workload["kind"] == "trace":
+        story = " ".join(filter(None, (story, over_context_note(workload, model.context_length))))
     dtypes = request.kv_cache_dtypes
     problem = kv_cache_dtypes_problem(dtypes, version)
     if problem:
