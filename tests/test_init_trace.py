@@ -49,7 +49,7 @@ def test_init_writes_an_open_loop_at_a_traces_times_whose_dry_run_and_study_work
     result = CliRunner().invoke(app, [*args, "--workload", "trace.jsonl", "-o", "space.yaml"])
     assert result.exit_code == 0, result.output
     said = result.output
-    assert "trace.jsonl: a mooncake trace of 60 requests over" in said
+    assert "trace.jsonl: mooncake trace, 60 requests over" in said
     assert "req/s mean" in said and "at the peak (busiest 10 s)" in said
     assert "prompt p50/p90/p99" in said and "prefix reuse: " in said
 
@@ -95,9 +95,7 @@ def test_a_trace_without_times_is_a_closed_loop_of_its_conversations(tmp_path: P
     assert space.params["max_running_requests"].relative == {"high": "concurrency"}
     assert "schedule_policy" in space.params  # each turn resends its conversation's history
     assert "sessions: 5, 5 of them multi-turn" in written.found
-    assert any(
-        line.startswith("chats.json: a sharegpt trace of 15 requests") for line in written.found
-    )
+    assert any(line.startswith("chats.json: sharegpt trace, 15 requests") for line in written.found)
     assert "5 clients, one per conversation (at most 32)" in _comments(written.path)
 
 
@@ -119,7 +117,24 @@ def test_hicache_is_offered_only_from_the_reuse_threshold(tmp_path: Path) -> Non
     written = written_space(request, tmp_path / "unshared.yaml", reach=False)
     assert not HICACHE & set(written.space.params)
     assert "schedule_policy" not in written.space.params
-    assert "The trace reuses 0% of its prompt tokens, under 5%" in _comments(written.path)
+    assert "The trace's replayed prompts share no prefix: no schedule policy" in _comments(
+        written.path
+    )
+
+    # One shared block in ten: a prefix order can pay, HiCache cannot.
+    light = tmp_path / "light.jsonl"
+    with light.open("w") as out:
+        for i in range(400):
+            ids = [i % 4] + [100_000 + i * 10 + k for k in range(9)]
+            item = {"timestamp": i * 100, "input_length": 5120, "output_length": 8}
+            out.write(json.dumps({**item, "hash_ids": ids}) + "\n")
+    request = InitRequest(model_path=str(MIXTRAL), gpu="h200", workload=str(light), engine="sim")
+    written = written_space(request, tmp_path / "light.yaml", reach=False)
+    assert "schedule_policy" in written.space.params
+    assert not HICACHE & set(written.space.params)
+    assert "No HiCache: the trace reuses 10% of its prompt tokens, under 20%" in _comments(
+        written.path
+    )
 
 
 def test_a_jsonl_of_prompts_stays_a_jsonl_workload_and_a_bad_trace_is_one_line(
@@ -189,3 +204,27 @@ def test_requests_longer_than_the_models_context_are_named(tmp_path: Path) -> No
     )
     assert any(line.startswith(note) for line in written.found), written.found
     assert note.removeprefix("note: ") in _comments(written.path)
+
+
+TIMED_FILES = {
+    "azure.csv": "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+    "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n"
+    "2023-11-16 18:15:51.2000000,879,100\n",
+    "burst.csv": "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+    "5,ChatGPT,472,18,490,Conversation log\n45,ChatGPT,1087,0,1087,Conversation log\n"
+    "118,GPT-4,417,276,693,API log\n",
+    "chat.jsonl": '{"messages": [{"role": "user", "content": "hello"}], "timestamp": 0}\n'
+    '{"messages": [{"role": "user", "content": "again"}], "timestamp": 800, "max_tokens": 30}\n',
+}
+
+
+@pytest.mark.parametrize("name", list(TIMED_FILES))
+def test_timed_traces_of_every_format_are_open_loops(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    path.write_text(TIMED_FILES[name])
+    request = InitRequest(model_path=str(QWEN3_8B), gpu="h200", workload=str(path), engine="sim")
+    written = written_space(request, tmp_path / "space.yaml", reach=False)
+    assert written.space.workload["mode"] == "open-loop"
+    assert written.space.bench.concurrency is None
+    assert written.found[0].startswith(f"{name}: {written.space.workload['format']} trace, ")
+    assert "share no prefix" in _comments(written.path)  # none of these record prefixes

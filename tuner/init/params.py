@@ -147,7 +147,11 @@ def plan_params(
                 f"{REUSE_FOR_HICACHE:.0%}; HiCache brings back only reused prefixes while it "
                 "copies every prefilled block to host memory."
             )
-        elif not reuses_prefixes:
+        elif reuse == 0:
+            notes.append(
+                "The trace's replayed prompts share no prefix: no schedule policy, no HiCache."
+            )
+        else:
             notes.append(
                 f"The trace reuses {reuse:.0%} of its prompt tokens, under "
                 f"{REUSE_FOR_SCHEDULING:.0%}: no schedule policy, no HiCache."

@@ -115,7 +115,7 @@ def read_trace_workload(path: Path) -> TraceWorkload | None:
 
 def _statement(path: Path, profile: TraceProfile, reuse: float) -> list[str]:
     """A few lines: size and times, lengths, reuse, sessions."""
-    lines = [f"{path.name}: a {profile.format} trace of {profile.requests} requests"]
+    lines = [f"{path.name}: {profile.format} trace, {profile.requests} requests"]
     if profile.duration_s is not None and profile.mean_rate_rps is not None:
         lines[0] += (
             f" over {profile.duration_s:.1f} s, {profile.mean_rate_rps:.2f} req/s mean, "
@@ -137,6 +137,11 @@ def _statement(path: Path, profile: TraceProfile, reuse: float) -> list[str]:
     elif profile.multi_turn_sessions:
         lines.append(
             f"prefix reuse: ~{reuse:.1%} of prompt tokens are a conversation's history, resent"
+        )
+    elif profile.format in ("azure", "burstgpt"):
+        lines.append(
+            f"prefix reuse: none; the {profile.format} format records no prefixes, so the "
+            "replayed prompts share none"
         )
     if profile.sessions != profile.requests or profile.multi_turn_sessions:
         lines.append(
