@@ -224,14 +224,18 @@ def doctor_command(
 def bench(
     url: str = typer.Option("http://127.0.0.1:30000", "--url", help="Server to benchmark."),
     workload: str = typer.Option(
-        "random", "--workload", help="random, shared-prefix, multi-turn or jsonl."
+        "random",
+        "--workload",
+        help="random, shared-prefix, multi-turn, jsonl or trace (a trace file: docs/traces.md).",
     ),
     requests: int | None = typer.Option(
         None, "--requests", help="random / jsonl: requests to send (random: 200)."
     ),
     input_len: int | None = typer.Option(None, "--input-len", help="random: prompt tokens (1024)."),
     output_len: int | None = typer.Option(
-        None, "--output-len", help="random / shared-prefix / jsonl default: output tokens (256)."
+        None,
+        "--output-len",
+        help="random / shared-prefix / jsonl / unanswered text trace turns: output tokens (256).",
     ),
     range_ratio: float | None = typer.Option(
         None, "--range-ratio", help="random: lengths drawn from len x ratio to len (1.0)."
@@ -256,10 +260,40 @@ def bench(
     answer_len: int | None = typer.Option(
         None, "--answer-len", help="multi-turn: answer tokens (256)."
     ),
-    file: str | None = typer.Option(None, "--file", help="jsonl: the request file."),
+    file: str | None = typer.Option(
+        None, "--file", help="jsonl: the request file; trace: the trace file."
+    ),
+    trace_format: str | None = typer.Option(
+        None,
+        "--trace-format",
+        help="trace: auto (detected), mooncake, azure, burstgpt, sharegpt or openai-chat.",
+    ),
+    mode: str | None = typer.Option(
+        None,
+        "--mode",
+        help="trace: open-loop (at the trace's times; the default when it has them) or "
+        "closed-loop (its requests in order by --concurrency clients).",
+    ),
+    speedup: float | None = typer.Option(
+        None, "--speedup", help="trace, open loop: the trace's times divided by this (1.0)."
+    ),
+    start: float | None = typer.Option(
+        None, "--start", help="trace: replay from this many trace seconds after its first request."
+    ),
+    duration: float | None = typer.Option(
+        None, "--duration", help="trace: replay this many trace seconds from --start."
+    ),
+    max_requests: int | None = typer.Option(
+        None, "--max-requests", help="trace: replay at most this many of its requests."
+    ),
+    block_size: int | None = typer.Option(
+        None, "--block-size", help="trace: tokens per Mooncake hash id (512)."
+    ),
     seed: int | None = typer.Option(None, "--seed", help="Workload and arrival seed (0)."),
     concurrency: int | None = typer.Option(
-        None, "--concurrency", help="Most requests in flight (default: no cap)."
+        None,
+        "--concurrency",
+        help="Most requests in flight (default: no cap); a closed-loop trace's clients.",
     ),
     request_rate: float | None = typer.Option(
         None, "--request-rate", help="Requests per second (default: as fast as allowed)."
@@ -319,6 +353,13 @@ def bench(
                 "user_len": user_len,
                 "answer_len": answer_len,
                 "file": file,
+                "format": trace_format,
+                "mode": mode,
+                "speedup": speedup,
+                "start": start,
+                "duration": duration,
+                "max_requests": max_requests,
+                "block_size": block_size,
             },
             concurrency=concurrency,
             request_rate=request_rate,

@@ -22,6 +22,7 @@ class WrittenSpace:
     # the estimate's word on the SLOs' reach and on the KV pool (tuner/init/reach.py), if asked
     note: str | None
     sglang_installed: bool = True  # in the engine's Python (False: the newest snapshot named)
+    found: tuple[str, ...] = ()  # what a trace file holds, for init to say
 
 
 def write_space(request: InitRequest, out: Path | None, force: bool = False) -> Path:
@@ -41,7 +42,7 @@ def written_space(
 
     from tuner.init.facts import read_gpu, read_host, read_model, sglang_version
     from tuner.init.reach import kv_pool_note, unreachable_note
-    from tuner.init.write import sim_gpu_overrides, space_name, space_text
+    from tuner.init.write import sim_gpu_overrides, space_name, space_text, workload_template
     from tuner.space.load import load_space
     from tuner.study.run import engine_python
 
@@ -54,14 +55,16 @@ def written_space(
     gpu = read_gpu(request.gpu, request.gpu_memory_gb, request.tp_size)
     host = read_host(gpu, request.host_ram_gb)
     version, version_source = sglang_version(request.sglang_version, python)
-    path = out or Path(f"{request.name or space_name(model, gpu, request.workload)}.yaml")
+    choice = workload_template(request.workload)
+    name = request.name or space_name(model, gpu, request.workload, choice)
+    path = out or Path(f"{name}.yaml")
     if path.exists() and not force:
         raise UserError(f"{path} exists: give another -o FILE, or --force to overwrite it")
     # The simulator is told this GPU's figures when it has no profile of its own for it.
     gpu_file = None
     if request.engine == "sim" and gpu.sim_hardware is None:
         gpu_file = path.with_name(f"{path.stem}.sim-gpu.yaml")
-    text = space_text(request, model, gpu, host, version, version_source, gpu_file)
+    text = space_text(request, model, gpu, host, version, version_source, gpu_file, choice)
     path.parent.mkdir(parents=True, exist_ok=True)
     if gpu_file is not None:
         overrides = yaml.safe_dump(sim_gpu_overrides(gpu, host), sort_keys=False)
@@ -76,7 +79,13 @@ def written_space(
         else []
     )  # fmt: skip
     installed = request.sglang_version is not None or "not installed" not in version_source
-    return WrittenSpace(path, space, "\n".join(notes) or None, installed)
+    found = choice.statement
+    if choice.workload["kind"] == "trace":
+        from tuner.init.trace import over_context_note
+
+        too_long = over_context_note(choice.workload, model.context_length)
+        found += (f"note: {too_long}",) if too_long else ()
+    return WrittenSpace(path, space, "\n".join(notes) or None, installed, found)
 
 
 def init_command(
@@ -92,7 +101,12 @@ def init_command(
         help="GPU memory in GB (default: the spec sheet's or NVML's); lets --gpu name a GPU "
         "the spec table lacks.",
     ),
-    workload: str = typer.Option("chat", "--workload", help="chat, rag, random or FILE.jsonl."),
+    workload: str = typer.Option(
+        "chat",
+        "--workload",
+        help="chat, rag, random, a trace file (mooncake, azure, burstgpt, sharegpt, openai-chat: "
+        "replayed with its times and prefix reuse) or FILE.jsonl of prompts.",
+    ),
     slo: list[str] | None = typer.Option(
         None, "--slo", help="Replaces the workload's default SLO, repeatable: 'p99_ttft_ms<=2000'."
     ),
@@ -151,6 +165,8 @@ def init_command(
         ),
     )
     written = written_space(request, out, force)
+    for line in written.found:
+        typer.echo(line)
     typer.echo(f"wrote {written.path}")
     if written.note:
         typer.echo(written.note)

@@ -26,7 +26,7 @@ from tuner.engines.model_config import (
     read_config,
     text_config,
 )
-from tuner.engines.sglang import CANONICAL_VERSION, load_snapshot
+from tuner.engines.sglang import CANONICAL_VERSION, load_snapshot, release_flags
 from tuner.errors import UserError
 from tuner.host import installed_sglang, nvml_gpu
 from tuner.predict.gpu_specs import GpuSpec, gpu_spec, known_gpus, provisional_spec
@@ -226,8 +226,13 @@ def sglang_version(given: str | None, python: str | None = None) -> tuple[str, s
     where = f"for {python}" if python else "here"
     if installed is None:
         return CANONICAL_VERSION, f"sglang is not installed {where}: the newest flag snapshot"
-    load_snapshot(installed)
-    return installed, "the installed sglang" if python is None else f"the sglang of {python}"
+    # A release with no committed snapshot (newer than the tuner, a git build) is read from its
+    # own parser, as `tuner optimize` reads it; its snapshot then serves the rest of init.
+    flags = release_flags(python or sys.executable, installed)
+    source = "the installed sglang" if python is None else f"the sglang of {python}"
+    if not flags.committed:
+        source += f", its flags {flags.source}"
+    return installed, source
 
 
 def _known_names() -> str:

@@ -6,10 +6,14 @@ The rules (each param's comment in the written file repeats its own):
   least 0.60) to 0.95; the model must leave room for a KV cache at 0.95 or init refuses.
 - `max_running_requests` always, `{low: 1, high: concurrency, log: true}`: the relative bound of
   the search issue (tuner/space/relative.py); a closed loop of C clients never runs more than C.
+  An open-loop trace has no client count: `high: capacity`, what the KV pool holds of its
+  requests (a higher cap behaves the same).
 - `chunked_prefill_size` always: 2048-16384, the prefill chunk against the decode stall.
 - speculation only with MTP heads in config.json (NEXTN) or a draft model given (STANDALONE).
 - `mamba_radix_cache_strategy` (+ overlap off for no_buffer) only for hybrid models.
-- `schedule_policy` and HiCache only for workloads that reuse prefixes (chat, RAG, a JSONL file);
+- `schedule_policy` and HiCache only for workloads that reuse prefixes (chat, RAG, a JSONL file,
+  a trace with REUSE_FOR_SCHEDULING of its prompt tokens reused; HiCache for a trace only from
+  REUSE_FOR_HICACHE);
   HiCache only when the workload's working set is larger than the smallest KV pool of the space
   (otherwise nothing is ever evicted to host RAM) and host RAM holds at least a ratio of 1;
   `hicache_ratio` up to what host RAM holds (free RAM less sglang's 10 GB, over the largest KV
@@ -36,6 +40,13 @@ from tuner.predict.memory import MemoryEstimate, estimate_memory
 MEM_FRACTION_HIGH = 0.95
 CHUNKS = [2048, 4096, 8192, 16384]
 MAX_HICACHE_RATIO = 16.0
+# A trace's prefix reuse (the share of prompt tokens an earlier request sent) from which the
+# prefix-cache params are offered. Below 5% an order by prefix match has almost nothing to
+# match. HiCache brings back only reusable prefixes while it copies every prefilled block to
+# host memory: below 20% reuse it can save at most a fifth of the prefill, too little to be
+# worth a dimension (and its ratio's and policy's) of the search. Rules of thumb, not measured.
+REUSE_FOR_SCHEDULING = 0.05
+REUSE_FOR_HICACHE = 0.20
 
 
 @dataclass(frozen=True)
@@ -56,7 +67,7 @@ def plan_params(
     gpu: GpuFacts,
     host: HostFacts,
     workload: dict[str, Any],
-    concurrency: int,
+    concurrency: int | None,
     version: str,
     draft_model: str | None = None,
     kv_cache_dtypes: Sequence[str] = (),
@@ -116,7 +127,35 @@ def plan_params(
                 else "its experts are split over the GPUs with the rest (sglang's default)."
             )
         )
-    reuses_prefixes = workload.get("kind") in ("multi-turn", "shared-prefix", "jsonl")
+    kind = workload.get("kind")
+    reuses_prefixes = kind in ("multi-turn", "shared-prefix", "jsonl")
+    offers_hicache = reuses_prefixes
+    if kind == "trace":
+        shape = WorkloadShape.of(workload, concurrency or 1)
+        reuse = shape.shareable / max(shape.prompt, 1.0)
+        reuses_prefixes = reuse >= REUSE_FOR_SCHEDULING
+        offers_hicache = reuse >= REUSE_FOR_HICACHE
+        if offers_hicache:
+            notes.append(
+                f"The trace reuses {reuse:.0%} of its prompt tokens: HiCache is considered "
+                f"(from {REUSE_FOR_HICACHE:.0%}: it brings back only reused prefixes while it "
+                "copies every prefilled block to host memory)."
+            )
+        elif reuses_prefixes:
+            notes.append(
+                f"No HiCache: the trace reuses {reuse:.0%} of its prompt tokens, under "
+                f"{REUSE_FOR_HICACHE:.0%}; HiCache brings back only reused prefixes while it "
+                "copies every prefilled block to host memory."
+            )
+        elif reuse == 0:
+            notes.append(
+                "The trace's replayed prompts share no prefix: no schedule policy, no HiCache."
+            )
+        else:
+            notes.append(
+                f"The trace reuses {reuse:.0%} of its prompt tokens, under "
+                f"{REUSE_FOR_SCHEDULING:.0%}: no schedule policy, no HiCache."
+            )
     if reuses_prefixes:
         params.append(
             Param(
@@ -128,11 +167,23 @@ def plan_params(
                 ],
             )
         )
-        params += _hicache(model, gpu, host, workload, concurrency, low, high, notes)
-    else:
+        if offers_hicache:
+            params += _hicache(model, gpu, host, workload, concurrency, low, high, notes)
+    elif kind != "trace":
         notes.append("No prefix reuse in a random workload: no schedule policy, no HiCache.")
-    params.append(
-        Param(
+    if concurrency is None:
+        running = Param(
+            "max_running_requests",
+            {"low": 1, "high": "capacity", "log": True},
+            [
+                "Relative bound (tuner/space/relative.py): an open loop has no client count, so",
+                "the cap goes up to what the KV pool holds of the trace's requests at the",
+                "largest fraction (capacity, worked out by tuner optimize); higher behaves the",
+                "same.",
+            ],
+        )
+    else:
+        running = Param(
             "max_running_requests",
             {"low": 1, "high": "concurrency", "log": True},
             [
@@ -140,7 +191,7 @@ def plan_params(
                 "clients never runs more requests at once; a higher cap behaves the same.",
             ],
         )
-    )
+    params.append(running)
     params.append(
         Param(
             "chunked_prefill_size",
@@ -261,12 +312,12 @@ def _hicache(
     gpu: GpuFacts,
     host: HostFacts,
     workload: dict[str, Any],
-    concurrency: int,
+    concurrency: int | None,
     low_fraction: float,
     high_fraction: float,
     notes: list[str],
 ) -> list[Param]:
-    working_set = WorkloadShape.of(workload, concurrency).working_set
+    working_set = WorkloadShape.of(workload, concurrency or 1).working_set
     # The smallest pool of the space: the lowest fraction, with the longest MTP draft's reserve.
     worst: dict[str, Any] = {"mem_fraction_static": low_fraction}
     if model.mtp_layers:
@@ -275,8 +326,9 @@ def _hicache(
             speculative_num_steps=5,
             speculative_eagle_topk=1,
             speculative_num_draft_tokens=6,
-            max_running_requests=concurrency,
         )
+        if concurrency is not None:  # an open loop: sglang's own running cap
+            worst["max_running_requests"] = concurrency
     smallest = _memory(model, gpu, worst)
     if not smallest.fits:  # the longest draft does not fit there: the smallest pool that does
         smallest = _memory(model, gpu, {"mem_fraction_static": low_fraction})

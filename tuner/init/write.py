@@ -12,6 +12,9 @@ The workload templates and their default SLOs (stated in the file):
     random   200 requests of 1024 prompt and 256 output tokens; 32 clients; p99_ttft_ms <= 2000
     FILE     a JSONL file (one request a line: prompt or input_ids, optional output_len);
              16 clients; p99_ttft_ms <= 3000
+    TRACE    a trace file (mooncake, azure, burstgpt, sharegpt, openai-chat; docs/traces.md):
+             an open loop at its own times, or a closed loop of one client per conversation;
+             an SLO from its prompt lengths (tuner/init/trace.py)
 
 A template whose longest request does not fit the model's context has its system prompt,
 document or input shortened until it does (`fit_context`): sglang rejects a longer prompt.
@@ -76,19 +79,47 @@ class InitRequest:
     engine_python: str | None = None  # the interpreter that runs sglang (None: the tuner's)
 
 
-def workload_template(choice: str) -> tuple[dict[str, Any], int, str, str]:
+@dataclass(frozen=True)
+class WorkloadChoice:
+    """The workload `--workload` names, the bench and SLO that go with it."""
+
+    workload: dict[str, Any]
+    concurrency: int | None  # bench.concurrency; None: an open-loop trace (no cap)
+    slo: str  # the default SLO
+    story: str  # the comment above `workload:`
+    statement: tuple[str, ...] = ()  # what init prints about a trace file
+
+
+def workload_template(choice: str) -> WorkloadChoice:
+    from tuner.init.trace import read_trace_workload
+
     if choice in TEMPLATES:
-        return TEMPLATES[choice]
+        return WorkloadChoice(*TEMPLATES[choice])
+    path = Path(choice)
+    if path.is_file():
+        trace = read_trace_workload(path)
+        if trace is not None:
+            story = " ".join(trace.story)
+            return WorkloadChoice(
+                trace.workload, trace.concurrency, trace.slo, story, tuple(trace.statement)
+            )
     if choice.endswith(".jsonl"):
-        if not Path(choice).is_file():
+        if not path.is_file():
             raise UserError(f"--workload {choice}: no such file")
-        return (
-            {"kind": "jsonl", "file": str(Path(choice).resolve()), "seed": 0},
+        return WorkloadChoice(
+            {"kind": "jsonl", "file": str(path.resolve()), "seed": 0},
             JSONL_CONCURRENCY,
             JSONL_SLO,
             f"Requests replayed from {choice}.",
         )
-    raise UserError(f"--workload {choice!r}: one of {', '.join(TEMPLATES)} or a FILE.jsonl")
+    if path.is_file():
+        raise UserError(
+            f"--workload {choice}: not a trace in a known format (mooncake, azure, burstgpt, "
+            "sharegpt, openai-chat: docs/traces.md) nor a JSONL of prompts (FILE.jsonl)"
+        )
+    raise UserError(
+        f"--workload {choice!r}: one of {', '.join(TEMPLATES)}, a trace file or a FILE.jsonl"
+    )
 
 
 # The template's part that shrinks when a request would not fit in the model's context.
@@ -124,9 +155,9 @@ def fit_context(workload: dict[str, Any], context_length: int) -> tuple[dict[str
     return {**workload, part: value}, note
 
 
-def space_name(model: ModelFacts, gpu: GpuFacts, workload: str) -> str:
+def space_name(model: ModelFacts, gpu: GpuFacts, workload: str, choice: WorkloadChoice) -> str:
     base = model.model_path.rstrip("/").split("/")[-1]
-    kind = workload if workload in TEMPLATES else "jsonl"
+    kind = workload if workload in TEMPLATES else str(choice.workload["kind"])
     gpus = gpu.spec.name if gpu.count == 1 else f"{gpu.count}x{gpu.spec.name}"
     text = f"{base}-{gpus}-{kind}".lower()
     return re.sub(r"[^a-z0-9._-]+", "-", text).strip("-.") or "my-model"
@@ -140,15 +171,21 @@ def space_text(
     version: str,
     version_source: str,
     sim_gpu_file: Path | None = None,
+    choice: WorkloadChoice | None = None,
 ) -> str:
     """The space file's text. `sim_gpu_file`: with `--engine sim` for a GPU the simulator has no
-    profile for, the file that tells it this GPU's figures (`sim_gpu_overrides`)."""
+    profile for, the file that tells it this GPU's figures (`sim_gpu_overrides`); `choice`: the
+    workload `request.workload` names, when already read."""
     from tuner.init.params import kv_cache_dtypes_problem, plan_params  # numpy, optuna
+    from tuner.init.trace import over_context_note
 
-    workload, concurrency, default_slo, story = workload_template(request.workload)
-    workload, shortened = fit_context(workload, model.context_length)
+    choice = choice or workload_template(request.workload)
+    concurrency, default_slo, story = choice.concurrency, choice.slo, choice.story
+    workload, shortened = fit_context(choice.workload, model.context_length)
     if shortened:
         story += f" Shortened for this model: {shortened}."
+    if workload["kind"] == "trace":
+        story = " ".join(filter(None, (story, over_context_note(workload, model.context_length))))
     dtypes = request.kv_cache_dtypes
     problem = kv_cache_dtypes_problem(dtypes, version)
     if problem:
@@ -156,7 +193,7 @@ def space_text(
     plan = plan_params(
         model, gpu, host, workload, concurrency, version, request.draft_model, dtypes
     )
-    name = request.name or space_name(model, gpu, request.workload)
+    name = request.name or space_name(model, gpu, request.workload, choice)
     slos = list(request.slos) or [default_slo]
     lines = _header(request, model, gpu, host, version, version_source, plan)
     lines += [f"name: {name}", *_engine_lines(request, version)]
@@ -177,11 +214,17 @@ def space_text(
         lines.append(f"  {param.name}: {_flow(param.spec)}")
     lines += ["", *(f"# {part}" for part in textwrap.wrap(story, 94)), "workload:"]
     lines += [f"  {key}: {_scalar(value)}" for key, value in workload.items()]
+    loop = (
+        "# A closed loop of `concurrency` clients; the stage pruner checks after each of 4 stages."
+        if concurrency is not None
+        else "# An open loop at the trace's times (no cap on requests in flight); the stage\n"
+        "# pruner checks after each of 4 stages."
+    )
     lines += [
         "",
-        "# A closed loop of `concurrency` clients; the stage pruner checks after each of 4 stages.",
+        loop,
         "bench:",
-        f"  concurrency: {concurrency}",
+        f"  concurrency: {_scalar(concurrency)}",
         "  request_rate: null",
         "  warmup_requests: 2",
         "  stages: 4",

@@ -228,18 +228,23 @@ def bench_seconds(
     tokens = outputs * requests / max(requests - space.bench.warmup_requests, 1)
     clients = space.bench.concurrency or requests
     what = f"{requests} requests, {tokens:,.0f} output tokens, {clients} clients"
+    # An open-loop trace takes at least its (sped-up) span, however fast the server.
+    offsets = spec.arrival_offsets()
+    span = offsets[-1] if offsets else 0.0
+    if offsets:
+        what = f"{requests} requests, {tokens:,.0f} output tokens, over the trace's {span:.0f} s"
     gpu = gpu_spec(gpu_name)
     if model is not None and gpu is not None:
         flags = {"model_path": space.model_path, **space.fixed_flags}
         prediction = Estimator(space, model, gpu, gpu_gb or gpu.memory_gb).predict(flags)
         if prediction.fits and prediction.throughput > 0:
-            return tokens / prediction.throughput, (
+            return max(tokens / prediction.throughput, span), (
                 f"{what} at {prediction.throughput:,.0f} tok/s, the estimate for sglang's "
                 f"defaults on {gpu.name} (tuner/predict/estimate.py)"
             )
     per_client = tokens / min(clients, requests)
     missing = "a CPU" if on_cpu else "this GPU and model"  # tuner/predict/ models GPUs
-    return per_client * ROUGH_S_PER_TOKEN, (
+    return max(per_client * ROUGH_S_PER_TOKEN, span), (
         f"{what}; rough rule, no estimate for {missing}: "
         f"{ROUGH_S_PER_TOKEN * 1000:g} ms per output token per client"
     )

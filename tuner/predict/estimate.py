@@ -62,6 +62,9 @@ from tuner.results.goals import is_capacity
 from tuner.space.model import SearchSpace
 
 GB = 1e9
+# Fixed-point rounds for an open-loop trace's requests in flight (they depend on the latency
+# they are in flight for).
+_OPEN_LOOP_ROUNDS = 6
 # An EAGLE / STANDALONE draft whose size config.json does not give: one decoder layer of a
 # 40-layer model, an assumption (MTP heads are read from config.json).
 UNKNOWN_DRAFT_SHARE = 1 / 40
@@ -246,6 +249,27 @@ class Estimator:
         self.slo_scale: dict[str, float] = {}
         # A capacity study (--goal capacity) ranks by the open loop's sustained request rate.
         self.capacity = is_capacity(space.objectives.throughput)
+        if space.bench.concurrency is None and self.shape.arrival_rate:
+            self.clients = self._open_loop_clients(self.shape.arrival_rate)
+            self.shape = WorkloadShape.of(space.workload, self.clients)
+
+    def _open_loop_clients(self, rate: float) -> int:
+        """The requests an open loop at `rate` req/s (a trace's times) keeps in flight: the
+        rate times how long one takes at sglang's defaults (Little's law), which is the client
+        count of the closed loop the model below stands for; at most the trace's requests."""
+        flags = {"model_path": self.space.model_path, **self.space.fixed_flags}
+        clients = 1
+        for _ in range(_OPEN_LOOP_ROUNDS):
+            self.clients = clients
+            prediction = self.predict(flags)
+            if not prediction.fits:
+                break
+            e2e_s = (prediction.ttft_ms + prediction.tpot_ms * self.shape.output) / 1000
+            found = max(1, min(self.shape.requests, math.ceil(rate * e2e_s)))
+            if found == clients:
+                break
+            clients = found
+        return clients
 
     # -- prediction ---------------------------------------------------------------------------
 

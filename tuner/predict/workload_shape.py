@@ -28,10 +28,15 @@ class WorkloadShape:
     # Of `shareable`, what an earlier request sent in full (a conversation's history ends where
     # the previous turn ended; a system prompt shared across conversations does not).
     request_end_shareable: float = 0.0
+    # An open-loop trace's arrivals per (modelled) second, its times / speedup; None for a
+    # closed loop, whose clients set the pace.
+    arrival_rate: float | None = None
 
     @classmethod
     def of(cls, workload: Mapping[str, Any], clients: int) -> WorkloadShape:
         kind = workload.get("kind", "random")
+        if kind == "trace":
+            return cls._of_trace(workload, clients)
         out = float(workload.get("output_len") or 256)
         if kind == "multi-turn":
             turns = int(workload.get("turns", 4))
@@ -76,4 +81,57 @@ class WorkloadShape:
             first_prompt=prompt,
             prefixes=clients,
             requests=int(workload.get("requests") or workload.get("num_requests") or 200),
+        )
+
+    @classmethod
+    def _of_trace(cls, workload: Mapping[str, Any], clients: int) -> WorkloadShape:
+        """The shape of the requests a trace replays: its own lengths, the prefix reuse its
+        hash ids (length formats) or its conversations' histories (text formats) imply, and
+        for an open loop its arrival rate."""
+        from tuner.bench.trace import block_reuse, text_tokens  # numpy: only for a trace
+        from tuner.bench.workload import WorkloadSpec
+
+        spec = WorkloadSpec.from_dict(workload)
+        entries = spec.trace().entries
+        default_output = float(spec.output_len or 256)
+        prompts: list[float] = []
+        shared: list[float] = []
+        outputs: list[float] = []
+        for entry in entries:
+            if not entry.is_text:
+                prompts.append(float(entry.input_len))
+                outputs.append(float(entry.output_len))
+                continue
+            history = float(text_tokens(entry.system)) if entry.system else 0.0
+            for turn in entry.turns:
+                shared.append(history)  # a turn resends the history before it
+                history += text_tokens(turn.user)
+                prompts.append(history)
+                answer = float(turn.output_len or default_output)
+                outputs.append(answer)
+                history += answer
+        requests = len(prompts)
+        prompt = sum(prompts) / requests
+        total = sum(prompts)
+        if shared:  # text: the histories, which end where the previous turn ended
+            reused = sum(shared)
+            end_shareable = reused / requests
+        else:
+            reused = block_reuse(entries, spec.block_size) * total
+            end_shareable = 0.0  # a shared block run rarely ends where a request ended
+        offsets = spec.arrival_offsets()
+        rate = None
+        if offsets and offsets[-1] > offsets[0]:
+            rate = (len(offsets) - 1) / (offsets[-1] - offsets[0])
+        return cls(
+            prompt=prompt,
+            output=sum(outputs) / requests,
+            shareable=reused / requests,
+            # Every prompt token no earlier request sent: what a cache holds to keep it all.
+            working_set=max(total - reused, prompt),
+            first_prompt=prompts[0],
+            prefixes=clients,
+            requests=requests,
+            request_end_shareable=end_shareable,
+            arrival_rate=rate,
         )

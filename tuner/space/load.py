@@ -22,7 +22,8 @@ File format (every key but `model_path`, `params` and `workload` is optional)::
       NAME: {derive: "other + 1"}          # computed from other params: + - * / // %, min, max
       NAME: {..., when: {OTHER: value}}    # only sampled when param OTHER has that value, or one
                                            # of a list of values; all keys must hold
-    workload: {kind: multi-turn, ...}      # kind: random | shared-prefix | multi-turn | jsonl;
+    workload: {kind: multi-turn, ...}      # kind: random | shared-prefix | multi-turn | jsonl
+                                           # | trace (a trace file replayed: docs/traces.md);
                                            # keys as tuner.bench.workload.WorkloadSpec
     bench: {concurrency: 16, request_rate: null, arrival: poisson, warmup_requests: 2,
             stages: 4, api: generate, timeout_s: 600}
