@@ -459,12 +459,12 @@ def test_an_edge_is_bisected_from_a_trial_within_the_noise_of_the_best_too():
 
 
 def test_an_edge_is_carried_to_a_tied_trial_with_more_room_under_the_slo():
-    """The retrieval cell on an H100 (docs/quality.md): 8 running at chunks of 8,192 meets the
-    TPOT limit, 9 is past it, and chunks of 4,096 at 6 running serve about the same with a
+    """The retrieval cell on an H100 (docs/decisions.md#carried-edges): 8 running at chunks of 8,192
+    meets the TPOT limit, 9 is past it, and chunks of 4,096 at 6 running serve about the same with a
     lower p99 TPOT (3% less throughput: beyond `edge_tie`, within the noise of the benchmark's
-    best). With `carry_tie`, the edge is carried: chunks of 4,096 at 9 running (the
-    nearest value past the first edge) is an edge move; without it no edge move is left (8 and
-    9 are adjacent, and 9 differs from the tied trial in two params)."""
+    best). With `carry_tie`, the edge is carried: chunks of 4,096 at 9 running (the nearest value
+    past the first edge) is an edge move; without it no edge move is left (8 and 9 are adjacent, and
+    9 differs from the tied trial in two params)."""
     space = space_from_dict({**SPACE, "slos": ["p99_tpot_ms <= 11"]})
     small = {**START, "chunked_prefill_size": 4096}
     study, trials, tried = _tpot_study(
@@ -914,13 +914,13 @@ def _steps(steps: int) -> dict:
 
 @pytest.mark.parametrize("four", [0.011, -0.005])  # past the limit; within it by less than 2%
 def test_the_bottom_of_an_slo_metric_between_two_step_counts_that_both_miss_it_is_tried(four):
-    """docs/quality.md: in the held-out Qwen3.6-27B chat cell p99 TPOT was 21.4, 18.9 and
-    18.8 ms at 1, 2 and 5 draft steps against an 18 ms limit, and 3 steps met it with 1.19x
-    the throughput of no speculation; the search never launched 3 steps without adaptive
-    speculation. The two trials beside the one that misses by least, both missing by a little
-    with more throughput than the best feasible trial, have the steps between them tried, at
-    the edge moves' level, until a value of the row meets the SLO by more than 2% of its limit
-    (closer, under 2% noise, it may be past it: `edge_margin`)."""
+    """docs/decisions.md#valley-moves: in the held-out Qwen3.6-27B chat cell p99 TPOT was 21.4, 18.9
+    and 18.8 ms at 1, 2 and 5 draft steps against an 18 ms limit, and 3 steps met it with 1.19x the
+    throughput of no speculation; the search never launched 3 steps without adaptive speculation.
+    The two trials beside the one that misses by least, both missing by a little with more
+    throughput than the best feasible trial, have the steps between them tried, at the edge moves'
+    level, until a value of the row meets the SLO by more than 2% of its limit (closer, under 2%
+    noise, it may be past it: `edge_margin`)."""
     space = _valley_space()
     study = optuna.create_study(directions=["maximize", "minimize"])
     _measured(study, START, 858.0, {"p99_ttft_ms": -0.8, "p99_tpot_ms": -0.03})
@@ -1032,7 +1032,8 @@ def test_a_branch_is_found_across_the_params_its_choice_switches_on_in_turn():
     trial sets it (None), the best trial without a draft sets neither. Counting the
     algorithm's children alone, the NEXTN trial matched no branch of the best, and model-free
     search in the effects world at 3 s never moved its draft steps at the memory its slots
-    needed (0.783 of the optimum in six seeds of ten, docs/quality.md)."""
+    needed (0.783 of the optimum in six seeds of ten,
+    docs/decisions.md#branches-count-every-param-a-choice-switches-on-in-turn)."""
     space, study = _plain_then_nextn(0.5)
     scored = by_standing(study.get_trials(deepcopy=False))
     branches = LocalSearch(space, seed=0)._branches(scored[0][0], scored)
@@ -1121,7 +1122,8 @@ def test_a_slot_repair_of_a_trial_that_measured_more_than_the_best_comes_first()
 
 def test_slot_repairs_are_made_only_without_an_estimate(monkeypatch):
     """With an estimate to rank the moves (the default), the repairs are not made: there the
-    full studies ran the same and the stopped ones spent more (docs/quality.md)."""
+    full studies ran the same and the stopped ones spent more
+    (docs/decisions.md#slot-repairs-model-free-search)."""
     space, trials, _draft = _queued_nextn(0.9, 15)
     tried = {key(t.params) for t in trials}
     search = LocalSearch(space, seed=0)

@@ -183,11 +183,12 @@ def _model_free_best(monkeypatch: pytest.MonkeyPatch, cell: str, optimum: dict, 
 
 @pytest.mark.timeout(600)
 def test_without_an_estimate_the_search_finds_a_window_between_two_slos(monkeypatch):
-    """Seed 2 found nothing within both limits in 40 trials while a window needed a trial one
-    number from the best (docs/quality.md): the best trials (an 8-bit pool at 48 running, p99
-    TPOT a few % past its limit) and those that broke only the TTFT limit (fewer slots) differed
-    in the memory fraction or the chunk size too. A trial that breaks only the other SLO now
-    marks a window wherever it differs (tuner/study/bisection.py `window_moves`)."""
+    """Seed 2 found nothing within both limits in 40 trials while a window needed a trial one number
+    from the best (docs/decisions.md#wide-windows-a-window-across-more-than-one-number): the best
+    trials (an 8-bit pool at 48 running, p99 TPOT a few % past its limit) and those that broke only
+    the TTFT limit (fewer slots) differed in the memory fraction or the chunk size too. A trial that
+    breaks only the other SLO now marks a window wherever it differs (tuner/study/bisection.py
+    `window_moves`)."""
     assert _model_free_best(monkeypatch, FP8_CELL, FP8_BEST, 2) >= 0.95
 
 
@@ -195,9 +196,9 @@ def test_without_an_estimate_the_search_finds_a_window_between_two_slos(monkeypa
 def test_without_an_estimate_the_search_tries_the_window_partner_with_another_choice(
     monkeypatch,
 ):
-    """Seed 2 found nothing within both limits in 40 trials (docs/quality.md): every trial
-    below 64 running kept lpm, which a TPOT-limited cap queues past the TTFT limit, and the
-    window between 64 and 49 running broke both limits throughout. The window's partner (lpm at
-    49, past TTFT alone) is now tried with fcfs (the partner flip, tuner/study/bisection.py
+    """Seed 2 found nothing within both limits in 40 trials (docs/decisions.md#partner-flips): every
+    trial below 64 running kept lpm, which a TPOT-limited cap queues past the TTFT limit, and the
+    window between 64 and 49 running broke both limits throughout. The window's partner (lpm at 49,
+    past TTFT alone) is now tried with fcfs (the partner flip, tuner/study/bisection.py
     `window_partner`)."""
     assert _model_free_best(monkeypatch, TP2_CELL, TP2_BEST, 2) >= 0.95

@@ -215,7 +215,8 @@ def capacity_words(rate: float, slos: Sequence[Slo]) -> str:
 
 
 # Run-to-run noise of one measured latency tail: sglang's coefficient of variation on identical
-# input is 0.1-2.5% by concurrency (vllm-project/vllm issue 53436, docs/design.md). A trial that
+# input is 0.1-2.5% by concurrency (vllm-project/vllm issue 53436,
+# docs/decisions.md#ties-a-noise-margin-for-the-local-search). A trial that
 # meets an SLO by less than this share of its limit may break it when measured again, and on
 # another draw of the same workload more so: of tpot-8b's configurations within its SLOs, those
 # within by less held on 5 of 16 fresh draws, the others on 46 of 52

@@ -6,12 +6,13 @@ A bound may be a number or an arithmetic expression (the `derive:` language: + -
 max) over these names:
 
     concurrency   bench.concurrency, the most requests the benchmark keeps in flight. In a closed
-                  loop of C clients sglang never runs more than C requests at once, so a running
-                  cap above C behaves as C (docs/design.md: bounding the cap by the client count
-                  lifted the tuner from 0.72 to 0.96 of the optimum at 40 trials). An open-loop
+                  loop of C clients sglang never runs more than C requests at once, so a running cap
+                  above C behaves as C (bounding the cap by the client count lifted the tuner from
+                  0.72 to 0.96 of the optimum at 40 trials,
+                  docs/decisions.md#the-running-cap-is-bounded-by-the-client-count). An open-loop
                   workload (`request_rate` set) with `concurrency: null` has no client count; the
-                  bound is then an error that says to give bench.concurrency (the most requests
-                  the benchmark may hold in flight), to use `capacity`, or a number.
+                  bound is then an error that says to give bench.concurrency (the most requests the
+                  benchmark may hold in flight), to use `capacity`, or a number.
 
     capacity      the most requests the server can run at once for this workload: what the
                   KV pool holds of the workload's requests (prompt + output) at the space's

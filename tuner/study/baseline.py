@@ -1,10 +1,11 @@
 """sglang's defaults as values of the space's params: the Optuna params of the default trial.
 
-The default trial launches with no tuned flag, but it must not reach the sampler as a trial with
-no params: Optuna's intersection search space (GPSampler, and TPE with `group=False`) is the set
-of params every trial has, so one empty trial empties it and those samplers silently fall back
-to independent random sampling (docs/design.md). The default trial is therefore queued with the
-values sglang would use, wherever the space can express them:
+The default trial launches with no tuned flag, but it must not reach the sampler as a trial with no
+params: Optuna's intersection search space (GPSampler, and TPE with `group=False`) is the set of
+params every trial has, so one empty trial empties it and those samplers silently fall back to
+independent random sampling
+(docs/decisions.md#sglangs-defaults-are-trial-0-told-to-the-sampler-with-their-values). The default
+trial is therefore queued with the values sglang would use, wherever the space can express them:
 
 - a categorical param: sglang's parser default when it is one of the choices, else `null` when
   that is a choice (the flag not passed), else the value an automatic default resolves to

@@ -718,7 +718,8 @@ def _descendants(space: SearchSpace, parent: str) -> set[str]:
     """The params `parent` switches on, and those they switch on in turn: speculative
     adaptation hangs on the draft steps, which hang on the algorithm. A branch of the
     algorithm that counted its children alone never matched the best trial without a draft,
-    which sets neither (model-free search in the effects world at 3 s, docs/quality.md)."""
+    which sets neither (model-free search in the effects world at 3 s,
+    docs/decisions.md#branches-count-every-param-a-choice-switches-on-in-turn)."""
     found: set[str] = set()
     frontier = {parent}
     while frontier:

@@ -64,8 +64,9 @@
    its last `patience - _EARLY_CHECKS` launches are (2: from 4 quiet launches of
    6): they are measured inside the window instead of after it.
    Without an estimate (no GPU found, no config.json: the local search alone) nothing is
-   asked, and the study stops on conditions 0-2 (docs/quality.md: 33 of 60 stopped studies of the
-   3 s cells then end at sglang's defaults).
+   asked, and the study stops on conditions 0-2 (33 of 60 stopped studies of the 3 s cells
+   then end at sglang's defaults:
+   docs/decisions.md#checks-for-the-stop-rule-without-an-estimate).
 
 A study in which no launched trial met the SLOs has no front to judge by. It stops once it has
 launched `min_trials + patience` configurations, every one that served the whole benchmark
@@ -157,7 +158,8 @@ NEIGHBOUR_CHECK = "neighbour-check"
 COUNTED_CHECKS = frozenset({STOP_CHECK})
 # --min-gain's default: a move of the front worth the rest of the budget (relative). 2%, the
 # benchmark's throughput noise: at 1% the six 10 s cells' stopped studies spent 49-60% of the
-# full studies' GPU hours, at 2% 37-49%, keeping the same best in every cell (docs/design.md).
+# full studies' GPU hours, at 2% 37-49%, keeping the same best in every cell
+# (docs/decisions.md#--min-gain-002-by-default).
 DEFAULT_MIN_GAIN = 0.02
 
 

@@ -22,7 +22,7 @@ from optuna.storages import BaseStorage, get_storage
 
 # Optuna 5 has no public heartbeat base class: `fail_stale_trials` and the RDB heartbeat look
 # for this one with isinstance, so the wrapper of a storage with heartbeats must be one too
-# (docs/design.md, "Optuna's private names").
+# (docs/design.md#optunas-private-names).
 from optuna.storages._heartbeat import BaseHeartbeat
 
 from tuner.signals import deferred

@@ -1,13 +1,13 @@
 """Several trials at once on one machine: one worker process per GPU group (or per `--workers`).
 
 Each worker is an ordinary study worker (`run_trials`) on a shared storage: the journal file by
-default, because SQLite with several processes on one study ran duplicate trials in our
-measurements (docs/design.md). This supervisor starts them, relays their progress events, and
-watches them: when a worker dies mid-trial, its trial is failed and queued again, its server's
-process group is killed (tuner/study/recovery.py), and a new worker takes its place. SIGTERM or
-SIGHUP to the supervisor is passed on to the workers, which stop as on Ctrl-C. Across machines
-no supervisor is needed: run `tuner optimize --storage postgresql://...` on each node, and RDB
-heartbeats do the same recovery.
+default, because SQLite with several processes on one study ran duplicate trials in our measurements
+(docs/design.md#storage). This supervisor starts them, relays their progress events, and watches
+them: when a worker dies mid-trial, its trial is failed and queued again, its server's process group
+is killed (tuner/study/recovery.py), and a new worker takes its place. SIGTERM or SIGHUP to the
+supervisor is passed on to the workers, which stop as on Ctrl-C. Across machines no supervisor is
+needed: run `tuner optimize --storage postgresql://...` on each node, and RDB heartbeats do the same
+recovery.
 """
 
 from __future__ import annotations
