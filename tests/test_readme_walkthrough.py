@@ -130,12 +130,15 @@ def test_init_device_cpu_writes_what_the_cpu_engine_needs(tmp_path: Path) -> Non
     assert space["fixed_flags"]["max_total_tokens"] == 8192
     assert "mem_fraction_static" not in space["params"]  # a GPU's question
     assert space["workload"]["conversations"] <= 8  # the chat template at a CPU's size
-    refused = subprocess.run(
-        [*init, "cpu", "--gpu", "H100", "-o", "other.yaml"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert refused.returncode == 2
-    assert refused.stderr.strip() == "error: --gpu: a GPU's option, not for --device cpu"
+    for device, *given, message in [
+        ("cpu", "--gpu", "H100", "--gpu: a GPU's option, not for --device cpu"),
+        ("tpu", "--device 'tpu': choose gpu (the default) or cpu"),
+    ]:
+        refused = subprocess.run(
+            [*init, device, *given, "-o", "other.yaml"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert (refused.returncode, refused.stderr.strip()) == (2, f"error: {message}")
     assert not (tmp_path / "other.yaml").exists()
 
 
