@@ -11,6 +11,7 @@ import typer
 from tuner.errors import UserError
 
 if TYPE_CHECKING:  # the command line imports this module at start; the rest loads when init runs
+    from tuner.init.facts import ModelFacts
     from tuner.init.write import InitRequest
     from tuner.space.model import SearchSpace
 
@@ -52,6 +53,8 @@ def written_space(
         raise UserError("--engine-python applies to --engine sglang only: drop one of them")
     python = engine_python(request.engine_python) if request.engine_python else None
     model = read_model(request.model_path)
+    if request.device != "gpu":
+        return _cpu_space(request, model, python, out, force)
     gpu = read_gpu(request.gpu, request.gpu_memory_gb, request.tp_size)
     host = read_host(gpu, request.host_ram_gb)
     version, version_source = sglang_version(request.sglang_version, python)
@@ -86,6 +89,37 @@ def written_space(
         too_long = over_context_note(choice.workload, model.context_length)
         found += (f"note: {too_long}",) if too_long else ()
     return WrittenSpace(path, space, "\n".join(notes) or None, installed, found)
+
+
+def _cpu_space(
+    request: InitRequest, model: ModelFacts, python: str | None, out: Path | None, force: bool
+) -> WrittenSpace:
+    """`--device cpu`: real sglang on its CPU engine (tuner/init/cpu.py); no GPU is read."""
+    from tuner.init.cpu import cpu_space_name, cpu_space_text
+    from tuner.init.facts import sglang_version
+    from tuner.space.load import load_space
+
+    if request.device != "cpu":
+        raise UserError(f"--device {request.device!r}: choose gpu (the default) or cpu")
+    if request.engine != "sglang":
+        raise UserError("--device cpu runs real sglang's CPU engine: drop --engine sim")
+    gpu_options = {
+        "--gpu": request.gpu, "--gpu-memory-gb": request.gpu_memory_gb,
+        "--tp-size": request.tp_size if request.tp_size != 1 else None,
+        "--draft-model": request.draft_model, "--host-ram-gb": request.host_ram_gb,
+        "--kv-cache-dtype": request.kv_cache_dtypes or None,
+    }  # fmt: skip
+    given = [option for option, value in gpu_options.items() if value is not None]
+    if given:
+        raise UserError(f"{', '.join(given)}: a GPU's option, not for --device cpu")
+    version, version_source = sglang_version(request.sglang_version, python)
+    path = out or Path(f"{request.name or cpu_space_name(model, request.workload)}.yaml")
+    if path.exists() and not force:
+        raise UserError(f"{path} exists: give another -o FILE, or --force to overwrite it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(cpu_space_text(request, model, version, version_source), encoding="utf-8")
+    installed = request.sglang_version is not None or "not installed" not in version_source
+    return WrittenSpace(path, load_space(path), None, installed)
 
 
 def init_command(
@@ -138,6 +172,11 @@ def init_command(
         "--engine-python",
         help="The Python that runs sglang: its release names the flags, and the space keeps it.",
     ),
+    device: str = typer.Option(
+        "gpu",
+        "--device",
+        help="gpu, or cpu: sglang's CPU engine on a machine without a GPU (a small study).",
+    ),
     name: str | None = typer.Option(None, "--name", help="Space (and study) name."),
     out: Path | None = typer.Option(None, "-o", "--out", help="File to write (./<name>.yaml)."),
     force: bool = typer.Option(False, "--force", help="Overwrite the file."),
@@ -158,6 +197,7 @@ def init_command(
         tp_size=tp_size,
         engine=engine,
         engine_python=engine_python,
+        device=device,
         kv_cache_dtypes=tuple(
             dict.fromkeys(
                 part.strip() for part in (kv_cache_dtype or "").split(",") if part.strip()

@@ -77,6 +77,7 @@ class InitRequest:
     kv_cache_dtypes: tuple[str, ...] = ()
     engine: str = "sglang"  # where the trials run: "sglang" (real) or "sim" (the simulator)
     engine_python: str | None = None  # the interpreter that runs sglang (None: the tuner's)
+    device: str = "gpu"  # "cpu": sglang's CPU engine, no GPU (tuner/init/cpu.py)
 
 
 @dataclass(frozen=True)
