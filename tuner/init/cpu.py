@@ -80,7 +80,8 @@ def cpu_space_text(
     request: InitRequest, model: ModelFacts, version: str, version_source: str
 ) -> str:
     """The space file's text for real sglang on this machine's CPU."""
-    template, _, default_slo, story = workload_template(request.workload)
+    choice = workload_template(request.workload)
+    template, default_slo, story = choice.workload, choice.slo, choice.story
     workload = cpu_workload(template)
     if workload != template:
         story += " Cut to a CPU's size (a GPU space: `tuner init` without --device cpu)."
