@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.fake_nvml import FakePynvml
 from support.real_sglang import INSTALL_HINT, build_tiny_model, venv_python
 from typer.testing import CliRunner
 
@@ -268,55 +269,19 @@ def test_doctor_passes_with_the_real_cpu_tier(tmp_path):
     print(result.stdout)
 
 
-class _Pynvml:
-    """nvidia-ml-py's answers on a host with two GPUs, one holding a server's memory."""
-
-    class NVMLError(Exception):
-        pass
-
-    @staticmethod
-    def nvmlInit() -> None:
-        return None
-
-    @staticmethod
-    def nvmlShutdown() -> None:
-        return None
-
-    @staticmethod
-    def nvmlDeviceGetCount() -> int:
-        return 2
-
-    @staticmethod
-    def nvmlDeviceGetHandleByIndex(index: int) -> int:
-        return index
-
-    @staticmethod
-    def nvmlDeviceGetName(handle: int) -> bytes:
-        return b"NVIDIA L40S"
-
-    @staticmethod
-    def nvmlDeviceGetMemoryInfo(handle: int) -> object:
-        free = 47.7e9 if handle else 12.0e9
-        return type("Memory", (), {"total": 48.3e9, "free": free})()
-
-    @staticmethod
-    def nvmlDeviceGetComputeRunningProcesses(handle: int) -> list[object]:
-        held = type("Process", (), {"pid": 4242, "usedGpuMemory": 36_000_000_000})()
-        return [] if handle else [held]
-
-    @staticmethod
-    def nvmlDeviceGetGraphicsRunningProcesses(handle: int) -> list[object]:
-        # The same pid again (a compute and graphics context); its memory is not reported.
-        seen = type("Process", (), {"pid": 4242, "usedGpuMemory": None})()
-        return [] if handle else [seen]
-
-    @staticmethod
-    def nvmlSystemGetDriverVersion() -> str:
-        raise _Pynvml.NVMLError("Not Supported")
-
-
 def test_the_real_nvml_reader_turns_nvidia_ml_py_answers_into_gpus_and_holders(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", _Pynvml)
+    # Two L40S, the first holding a server's memory; the same pid again as a graphics context
+    # (its memory not reported); a driver that does not say its version.
+    two = FakePynvml(
+        name=b"NVIDIA L40S",
+        gpus=2,
+        total=48.3e9,
+        free=lambda handle: 47.7e9 if handle else 12.0e9,
+        compute=lambda handle: [] if handle else [(4242, 36_000_000_000)],
+        graphics=lambda handle: [] if handle else [(4242, None)],
+        driver=None,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", two)
     reader = host.Nvml()
     assert reader.gpus() == [
         host.Gpu(0, "NVIDIA L40S", 48.3, 12.0),

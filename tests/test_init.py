@@ -12,6 +12,7 @@ import optuna
 import pytest
 import yaml
 from optuna.trial import TrialState
+from support.fake_nvml import FakePynvml
 from typer.testing import CliRunner
 
 from tuner.cli import app
@@ -257,36 +258,8 @@ def test_a_hub_id_in_the_local_cache(tmp_path, monkeypatch):
     assert "93.4 GB of weights" in path.read_text()
 
 
-class _FakeNvml:
-    """What nvidia-ml-py answers on a host with one H100 (no GPU on the test machine)."""
-
-    @staticmethod
-    def nvmlInit() -> None:
-        return None
-
-    @staticmethod
-    def nvmlShutdown() -> None:
-        return None
-
-    @staticmethod
-    def nvmlDeviceGetCount() -> int:
-        return 1
-
-    @staticmethod
-    def nvmlDeviceGetHandleByIndex(index: int) -> int:
-        return index
-
-    @staticmethod
-    def nvmlDeviceGetName(_handle: int) -> bytes:
-        return b"NVIDIA H100 80GB HBM3"
-
-    @staticmethod
-    def nvmlDeviceGetMemoryInfo(_handle: int) -> object:
-        return type("Memory", (), {"total": 85_520_809_984, "free": 84_900_000_000})()
-
-
 def test_on_a_gpu_host_nvml_names_the_gpu_and_proc_meminfo_the_host_ram(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml)
+    monkeypatch.setitem(sys.modules, "pynvml", FakePynvml())
     gpu = read_gpu(None)
     assert gpu.spec.name == "H100 SXM" and gpu.memory_gb == pytest.approx(85.52, abs=0.01)
     assert gpu.source == "NVML: NVIDIA H100 80GB HBM3" and gpu.sim_hardware is None
@@ -297,12 +270,8 @@ def test_on_a_gpu_host_nvml_names_the_gpu_and_proc_meminfo_the_host_ram(tmp_path
 
 
 def test_a_gpu_the_spec_table_lacks_gets_its_memory_from_nvml(monkeypatch):
-    class Unknown(_FakeNvml):
-        @staticmethod
-        def nvmlDeviceGetName(_handle: int) -> bytes:
-            return b"NVIDIA Engineering Sample 9000"
-
-    monkeypatch.setitem(sys.modules, "pynvml", Unknown)
+    unknown = FakePynvml(name=b"NVIDIA Engineering Sample 9000")
+    monkeypatch.setitem(sys.modules, "pynvml", unknown)
     gpu = read_gpu(None)
     assert gpu.spec.provisional and gpu.spec.name == "NVIDIA Engineering Sample 9000"
     assert gpu.memory_gb == pytest.approx(85.52, abs=0.01)

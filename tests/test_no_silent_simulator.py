@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.fake_nvml import FakePynvml
 from support.sim_spaces import ROOT, small_space
 
 from tuner.engines.sglang import CANONICAL_VERSION
@@ -110,34 +111,6 @@ def test_a_study_names_its_engine_first_in_the_summary_and_in_the_report(tmp_pat
     assert console.export_text().splitlines()[0] == "engine: real sglang 0.5.21 (python py)"
 
 
-class _OneH100:
-    """nvidia-ml-py's answers on a host with one H100 (the test machine has none)."""
-
-    @staticmethod
-    def nvmlInit() -> None:
-        return None
-
-    @staticmethod
-    def nvmlShutdown() -> None:
-        return None
-
-    @staticmethod
-    def nvmlDeviceGetCount() -> int:
-        return 1
-
-    @staticmethod
-    def nvmlDeviceGetHandleByIndex(index: int) -> int:
-        return index
-
-    @staticmethod
-    def nvmlDeviceGetName(_handle: int) -> bytes:
-        return b"NVIDIA H100 80GB HBM3"
-
-    @staticmethod
-    def nvmlDeviceGetMemoryInfo(_handle: int) -> object:
-        return type("Memory", (), {"total": 85_520_809_984, "free": 85_000_000_000})()
-
-
 def test_the_simulator_on_a_host_with_a_gpu_and_sglang_says_so(tmp_path, monkeypatch, capsys):
     python = _python_with_sglang(tmp_path, "0.5.23")
     engine = {"name": "sglang", "version": "0.5.23", "server": "simulated", "python": str(python)}
@@ -147,7 +120,7 @@ def test_the_simulator_on_a_host_with_a_gpu_and_sglang_says_so(tmp_path, monkeyp
     quiet = capsys.readouterr().out.splitlines()
     assert quiet[0] == "engine: simulated sglang 0.5.23" and quiet[1].startswith("cost:")
 
-    monkeypatch.setitem(sys.modules, "pynvml", _OneH100)
+    monkeypatch.setitem(sys.modules, "pynvml", FakePynvml())
     assert run_optimize(options, workers=1, report=False, dry_run=True) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "engine: simulated sglang 0.5.23"
