@@ -15,6 +15,7 @@ from pathlib import Path
 from tuner import host
 from tuner.doctor.check import FAIL, OK, WARN, Check
 from tuner.doctor.setting import DoctorSetting
+from tuner.launcher import port_is_free
 
 _LISTEN = "0A"  # TCP state LISTEN in /proc/net/tcp
 
@@ -27,7 +28,7 @@ def ports_check(setting: DoctorSetting, address: str = "127.0.0.1") -> Check:
         return Check("ports", FAIL, f"cannot bind any port on {address} for the trials: {exc}")
     port = setting.port
     which = "--port" if setting.port_given else "sglang's default port"
-    if _free(address, port):
+    if port_is_free(address, port):
         return Check(
             "ports", OK, f"{which} {port} on {address} is free; each trial takes a free port"
         )
@@ -39,16 +40,6 @@ def ports_check(setting: DoctorSetting, address: str = "127.0.0.1") -> Check:
         f"{which} {port} on {address} is in use{held}; trials take other ports, but a "
         f"server exported to {port} would not start (SGLANG_PORT=N picks another)",
     )
-
-
-def _free(address: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((address, port))
-        except OSError:
-            return False
-        return True
 
 
 def listener(port: int) -> tuple[int, str] | None:

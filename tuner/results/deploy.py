@@ -216,7 +216,7 @@ def render_docker_run(spec: DeploySpec) -> str:
         *(["--env", shlex.quote(f"{key}={value}")] for key, value in spec.plain_env),
     ]
     docker_options = "\n".join(f"    {' '.join(option)}" for option in options)
-    flags = "\n".join(f"    {' '.join(shlex.quote(t) for t in g)}" for g in _groups(spec.argv))
+    flags = "\n".join(f"    {' '.join(shlex.quote(t) for t in g)}" for g in flag_groups(spec.argv))
     secrets = " ".join(spec.secret_env)
     gpus_setting = "#   SGLANG_GPUS     docker's --gpus value (default all)\n" if spec.gpus else ""
     return f"""#!/usr/bin/env bash
@@ -254,7 +254,9 @@ exec docker run --rm "${{docker_options[@]}}" "$image" \\
 """
 
 
-def _groups(argv: Sequence[str]) -> list[list[str]]:
+def flag_groups(argv: Sequence[str]) -> list[list[str]]:
+    """argv as one flag and its values per group: a script keeps one per line, readable and
+    with small diffs."""
     groups: list[list[str]] = []
     for token in argv:
         if token.startswith("--") or not groups:

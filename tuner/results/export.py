@@ -28,7 +28,13 @@ import yaml
 from optuna.storages import BaseStorage
 
 from tuner.engines.sglang import LAUNCH_MODULE
-from tuner.results.deploy import DeploySpec, is_secret, render_docker_run, render_kubernetes
+from tuner.results.deploy import (
+    DeploySpec,
+    flag_groups,
+    is_secret,
+    render_docker_run,
+    render_kubernetes,
+)
 from tuner.results.goals import MAXIMIZE, SLO_NOISE, Slo, close_call, slo_margins, steadiest
 from tuner.results.pick import Pick, candidates, choose_trial, default_pick
 from tuner.results.server_config import (
@@ -190,7 +196,7 @@ def render_launch_script(argv: Sequence[str], trial: TrialRecord, meta: StudyMet
     It refuses to start when the port is taken: sglang would log "address already in use" and
     then warm up against whatever server holds the port, for minutes, before failing."""
     header = "\n".join(f"#   {line}" for line in _summary_lines(trial, meta, how))
-    flags = "\n".join(f"    {_shell_args(group)}" for group in _flag_groups(argv))
+    flags = "\n".join(f"    {_shell_args(group)}" for group in flag_groups(argv))
     # The study's server ran with this interpreter and these variables (a CPU install, say).
     default_python = meta.engine_python or "python3"
     engine_env = ""
@@ -311,17 +317,6 @@ def config_command(meta: StudyMeta, config: ConfigFile, config_name: str) -> str
     command = [meta.engine_python or "python3", "-m", LAUNCH_MODULE, "--config"]
     runtime = ["--host", DEFAULT_HOST, "--port", str(DEFAULT_PORT), *config.cli_only]
     return " ".join([*assignments, shlex.join([*command, config_name, *runtime])])
-
-
-def _flag_groups(argv: Sequence[str]) -> list[list[str]]:
-    # One flag and its values per line keeps the script readable and diffs small.
-    groups: list[list[str]] = []
-    for token in argv:
-        if token.startswith("--") or not groups:
-            groups.append([token])
-        else:
-            groups[-1].append(token)
-    return groups
 
 
 def _shell_args(tokens: Sequence[str]) -> str:
