@@ -51,3 +51,18 @@ def test_every_trial_names_its_rule_and_explain_says_why(tmp_path):
     )  # fmt: skip
     assert missing.returncode == 2
     assert missing.stderr.strip() == "error: study 'explained' has no trial 99 (its trials are 0-4)"
+
+
+def test_the_live_log_names_the_rule_of_every_finished_trial(tmp_path):
+    space = small_space(tmp_path, "logged")
+    result = tuner_cli(
+        "optimize", "--space", str(space), "--trials", "3", "--seed", "0", "--no-report",
+        "--studies-dir", "studies", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    names = {rule.name for rule in RULES}
+    logged = [line for line in result.stdout.splitlines() if line.startswith("trial ")]
+    assert logged and logged[0].startswith("trial 0 (defaults): ")
+    for line in logged:
+        rule = line.split("(", 1)[1].split(")", 1)[0]
+        assert rule in names, line

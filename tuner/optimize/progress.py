@@ -85,6 +85,11 @@ class OptimizeDisplay:
             self.live.__exit__(None, None, None)
             self.live = None
 
+    def _label(self, data: dict[str, Any]) -> str:
+        """`trial 7 (polish:move)`: the trial and the rule that proposed it, when known."""
+        rule = self.current.get(data["number"], {}).get("rule")
+        return f"trial {data['number']}" + (f" ({rule})" if rule else "")
+
     def __call__(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "start":
             self.done_at_start = int(data.get("done", 0))
@@ -139,22 +144,22 @@ class OptimizeDisplay:
                 self.finished += 1
             if data.get("duplicate"):
                 self.counts["repeated"] += 1
-                self._log(f"trial {data['number']}: {data.get('message', 'repeated')}")
+                self._log(f"{self._label(data)}: {data.get('message', 'repeated')}")
             elif kind == "completed":
                 self.counts["completed"] += 1
                 if data.get("feasible", True):
                     self.best.append((data["throughput"], data["latency"], data["number"]))
                 self._log(
-                    f"trial {data['number']}: {self._measured(data)}"
+                    f"{self._label(data)}: {self._measured(data)}"
                     + ("" if data.get("feasible", True) else " (violates an SLO)")
                 )
             elif kind == "pruned":
                 self.counts["pruned"] += 1
-                self._log(f"trial {data['number']}: pruned at stage {data['stage'] + 1}")
+                self._log(f"{self._label(data)}: pruned at stage {data['stage'] + 1}")
             else:
                 key = "skipped" if data.get("outcome") in _NOT_LAUNCHED else "failed"
                 self.counts[key] += 1
-                self._log(f"trial {data['number']}: {data.get('outcome')}: {data.get('message')}")
+                self._log(f"{self._label(data)}: {data.get('outcome')}: {data.get('message')}")
             self.current.pop(data["number"], None)
         if self.live is not None:
             self.live.update(self.render())
