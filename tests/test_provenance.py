@@ -94,6 +94,21 @@ def test_tuner_studies_and_the_report_show_the_provenance(sim_study):
     assert "<th>seed</th><td>3</td>" in table
 
 
+def test_every_exported_file_says_where_the_study_ran(sim_study):
+    export = tuner_cli(
+        "export", "--study", "prov", "--pick", "max-throughput", "--studies-dir", "studies",
+        "--out-dir", "exported", cwd=sim_study,
+    )  # fmt: skip
+    assert export.returncode == 0, export.stderr
+    files = sorted((sim_study / "exported").iterdir())
+    assert len(files) == 4, files  # launch script, --config YAML, docker script, manifest
+    for path in files:
+        text = path.read_text()
+        assert "study ran on: engine: simulated sglang 0.5.23; tuner " in text, path.name
+        assert f"study ran on: hardware: {SIM_GPU}, " in text, path.name
+        assert "hunter2-secret" not in text
+
+
 def test_a_study_resumed_on_another_gpu_warns_in_one_line(sim_study):
     study = load(sim_study / "studies", "prov")
     recorded = study.user_attrs[record.STUDY_PROVENANCE]

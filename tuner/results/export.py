@@ -147,6 +147,8 @@ def _summary_lines(trial: TrialRecord, meta: StudyMeta, how: str) -> list[str]:
         lines.append(quantized)
     version = meta.sglang_version or "unknown"
     lines.append(f"flags for sglang {version} (flag names differ between sglang versions)")
+    if meta.provenance is not None:  # where the figures above were measured
+        lines += [f"study ran on: {line}" for line in meta.provenance.lines()]
     return [_comment(line) for line in lines]
 
 

@@ -33,6 +33,7 @@ from tuner.results.goals import (
     Slo,
     as_float,
 )
+from tuner.results.provenance import Provenance, read_provenance
 
 
 class Category(StrEnum):
@@ -58,6 +59,7 @@ class StudyMeta:
     goal: str | None = None  # `tuner optimize --goal`: the pick `tuner export` defaults to
     engine_python: str | None = None  # the interpreter that ran sglang (--engine sglang)
     engine_env: tuple[tuple[str, str], ...] = ()  # the server's extra environment variables
+    provenance: Provenance | None = None  # where the study ran (tuner/results/provenance.py)
 
     @property
     def directions(self) -> tuple[str, str]:
@@ -158,6 +160,7 @@ def read_study_meta(study: optuna.Study) -> StudyMeta:
         goal=attrs.get(record.STUDY_GOAL),
         engine_python=attrs.get(record.STUDY_ENGINE_PYTHON),
         engine_env=tuple(sorted((attrs.get(record.STUDY_ENGINE_ENV) or {}).items())),
+        provenance=read_provenance(attrs),
     )
 
 
