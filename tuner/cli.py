@@ -135,8 +135,8 @@ def optimize(
     goal: str | None = typer.Option(
         None,
         "--goal",
-        help="throughput, latency or balanced: objectives and SLOs (the space's own win), "
-        "the export pick, what the stop rule watches.",
+        help="throughput, latency, balanced or capacity: objectives and SLOs (the space's own "
+        "win), the export pick, what the stop rule watches.",
     ),
     min_gain: float | None = typer.Option(
         None,
