@@ -26,6 +26,7 @@ from support.real_sglang import (
     free_port,
     group_processes,
     venv_python,
+    wait_healthy,
 )
 
 from tuner.results import record
@@ -84,14 +85,7 @@ def test_the_config_usage_line_serves_and_the_script_refuses_its_port(tmp_path):
         )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 300
-        healthy = False
-        while time.monotonic() < deadline and server.poll() is None and not healthy:
-            try:
-                healthy = httpx.get(f"{url}/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        assert healthy, log_path.read_text()[-3000:]
+        assert wait_healthy(url, server, 300), log_path.read_text()[-3000:]
 
         # The port is taken now: the launch script says so and starts nothing.
         second = subprocess.run(

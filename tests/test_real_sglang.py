@@ -28,6 +28,7 @@ from support.real_sglang import (
     free_port,
     group_processes,
     venv_python,
+    wait_healthy,
 )
 
 from tuner.study.budget import FINISHED, is_free
@@ -222,14 +223,7 @@ def test_the_exported_script_starts_real_sglang(study):
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 240
-        healthy = False
-        while time.monotonic() < deadline and server.poll() is None and not healthy:
-            try:
-                healthy = httpx.get(f"{url}/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        assert healthy, (study["work"] / "exported.log").read_text()[-3000:]
+        assert wait_healthy(url, server, 240), (study["work"] / "exported.log").read_text()[-3000:]
         answer = httpx.post(
             f"{url}/generate",
             json={"input_ids": [300, 301, 302], "sampling_params": {"max_new_tokens": 4}},

@@ -153,6 +153,21 @@ class RealServer:
         self._log.close()
 
 
+def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """True once `url`/health answers 200; False when `process` exits or `timeout_s` passes
+    (a server started by a script the test runs, not by RealServer)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and process.poll() is None:
+        with (
+            contextlib.suppress(urllib.error.URLError, OSError),
+            urllib.request.urlopen(url + "/health", timeout=2) as response,
+        ):
+            if response.status == 200:
+                return True
+        time.sleep(0.5)
+    return False
+
+
 def group_processes(pgid: int) -> list[str]:
     """Names of the live (not zombie) processes of process group `pgid`."""
     names = []
